@@ -1,0 +1,188 @@
+"""Snapshot (what the scheduler sees) and plan (what it decides), as frozen dataclasses.
+
+Times are seconds since the epoch as floats (the simulator starts at 0); `Snapshot.now` is
+the only clock a policy may use. A job asks either for whole GPUs (`gpus >= 1`, a gang that
+must sit on one node) or for a fraction of one GPU (`gpus == 0` with `gpu_memory_mb` and
+`gpu_compute_percent`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+FULL_COMPUTE = 100
+
+
+@dataclass(frozen=True, slots=True)
+class GpuState:
+    index: int
+    model: str
+    memory_mb: int
+    # What running jobs leave of this GPU. A GPU is wholly free when nothing runs on it.
+    free_memory_mb: int
+    free_compute_percent: int = FULL_COMPUTE
+
+    @property
+    def is_whole_free(self) -> bool:
+        return self.free_compute_percent >= FULL_COMPUTE and self.free_memory_mb >= self.memory_mb
+
+
+@dataclass(frozen=True, slots=True)
+class NodeState:
+    name: str
+    gpus: tuple[GpuState, ...]
+    # Only schedulable nodes (state "up") take new work; draining and down nodes are listed
+    # so that reasons and ETAs can speak of them.
+    schedulable: bool = True
+    labels: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+
+
+@dataclass(frozen=True, slots=True)
+class PendingJob:
+    id: int
+    team: str
+    user: str
+    submitted_at: float
+    time_limit: float
+    gpus: int = 1
+    gpu_memory_mb: int | None = None
+    gpu_compute_percent: int | None = None
+    gpu_model: str | None = None
+    min_gpu_memory_mb: int | None = None
+    priority: int = 0
+    qos: str = "normal"
+    preemptible: bool = True
+    name: str = ""
+    # Predicted runtime from history (see scheduler.core.prediction); None when unknown,
+    # in which case policies fall back to the time limit.
+    predicted_runtime: float | None = None
+    # Seconds of GPU work already done by earlier attempts (for least-attained-service).
+    attained_service: float = 0.0
+
+    @property
+    def is_fractional(self) -> bool:
+        return self.gpus == 0
+
+    @property
+    def expected_runtime(self) -> float:
+        if self.predicted_runtime is None:
+            return self.time_limit
+        return min(self.predicted_runtime, self.time_limit)
+
+    @property
+    def gpu_equivalent(self) -> float:
+        """Whole GPUs for gangs; the compute share for a fraction (0.25 for 25 %)."""
+        if self.gpus:
+            return float(self.gpus)
+        return (self.gpu_compute_percent or 0) / FULL_COMPUTE
+
+
+@dataclass(frozen=True, slots=True)
+class RunningJob:
+    id: int
+    team: str
+    user: str
+    node: str
+    gpu_indices: tuple[int, ...]
+    started_at: float
+    time_limit: float
+    gpus: int = 1
+    gpu_memory_mb: int | None = None
+    gpu_compute_percent: int | None = None
+    priority: int = 0
+    qos: str = "normal"
+    preemptible: bool = True
+    predicted_runtime: float | None = None
+    # Whether another requeue is allowed (attempts left under max_requeues).
+    requeueable: bool = True
+
+    @property
+    def is_fractional(self) -> bool:
+        return self.gpus == 0
+
+    @property
+    def limit_end(self) -> float:
+        return self.started_at + self.time_limit
+
+    @property
+    def expected_end(self) -> float:
+        if self.predicted_runtime is None:
+            return self.limit_end
+        return self.started_at + min(self.predicted_runtime, self.time_limit)
+
+    @property
+    def gpu_equivalent(self) -> float:
+        if self.gpus:
+            return float(self.gpus)
+        return (self.gpu_compute_percent or 0) / FULL_COMPUTE
+
+
+@dataclass(frozen=True, slots=True)
+class TeamState:
+    slug: str
+    guaranteed_gpus: int = 0
+    hard_limit_gpus: int | None = None  # None: no hard limit beyond the fleet
+    user_gpu_cap: int | None = None
+    priority_weight: float = 1.0
+    fairshare_weight: float = 1.0
+    # Decayed GPU-seconds used (half-life applied by whoever builds the snapshot).
+    decayed_usage: float = 0.0
+
+
+@dataclass(frozen=True, slots=True)
+class Snapshot:
+    now: float
+    nodes: tuple[NodeState, ...]
+    running: tuple[RunningJob, ...] = ()
+    pending: tuple[PendingJob, ...] = ()
+    teams: Mapping[str, TeamState] = field(default_factory=lambda: MappingProxyType({}))
+    # Policy parameters edited by admins (weights, half-life, preemption switches...).
+    settings: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+
+
+@dataclass(frozen=True, slots=True)
+class Place:
+    job_id: int
+    node: str
+    gpu_indices: tuple[int, ...]
+    reason: str = ""
+
+
+@dataclass(frozen=True, slots=True)
+class Preempt:
+    job_id: int
+    reason: str
+    # Requeue (pending, attempt + 1) when allowed; otherwise the job ends.
+    requeue: bool = True
+
+
+@dataclass(frozen=True, slots=True)
+class Reserve:
+    job_id: int
+    node: str
+    start: float
+    gpu_indices: tuple[int, ...] = ()
+
+
+@dataclass(frozen=True, slots=True)
+class Wait:
+    job_id: int
+    # A sentence with numbers: "needs 4 GPUs on one node; the largest free block is 2 on sim-a".
+    reason: str
+    eta: float | None = None
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    policy: str
+    places: tuple[Place, ...] = ()
+    preempts: tuple[Preempt, ...] = ()
+    reserves: tuple[Reserve, ...] = ()
+    waits: tuple[Wait, ...] = ()
+    # Pending job ids in the policy's order (queue position = index + 1).
+    order: tuple[int, ...] = ()
+    # Free-form remarks, for example "ilp: solver time limit hit, fell back to greedy".
+    notes: tuple[str, ...] = ()
