@@ -1,0 +1,422 @@
+"""Free capacity of the fleet as a mutable working copy, shared by every policy.
+
+`FreeCapacity.from_snapshot(snapshot)` copies what running jobs leave free on each GPU of
+each schedulable node; a policy then asks where a job fits (`best_fit`, `candidates`) and
+books its choices (`take`), or gives capacity back (`release`) when it simulates jobs
+ending. Draining and down nodes are kept, so that releases on them are accounted, but
+never offered.
+
+Indexes keep a cycle cheap on large fleets:
+
+- GPUs are grouped by kind, `(model, memory_mb)`. A gang takes GPUs of one kind on one
+  node (mixing models inside a data-parallel job makes it run at the slowest GPU's pace).
+- Per kind, nodes sit in buckets by their count of wholly free GPUs, with a bit mask of
+  non-empty buckets, so "the node with the fewest free GPUs that still holds k" is a
+  couple of integer operations.
+- Per kind, partly used GPUs sit in buckets by free compute percent (also with a mask),
+  so a fraction first looks at the fullest GPUs that still take it.
+- A request shape that found nothing is remembered until some capacity is released:
+  in a cycle capacity only shrinks, so a second job of the same shape is skipped at once.
+"""
+
+from __future__ import annotations
+
+from bisect import insort
+from typing import Any
+
+from scheduler.core.model import FULL_COMPUTE, GpuState, NodeState, Snapshot
+
+Kind = tuple[str, int]
+Choice = tuple[str, tuple[int, ...]]
+
+
+def _lowest_bit(mask: int) -> int:
+    return (mask & -mask).bit_length() - 1
+
+
+class _Node:
+    __slots__ = (
+        "name",
+        "pos",
+        "schedulable",
+        "gpus",
+        "index_of",
+        "kind_of",
+        "mem",
+        "comp",
+        "whole",
+    )
+
+    def __init__(self, state: NodeState, pos: int) -> None:
+        self.name = state.name
+        self.pos = pos
+        self.schedulable = state.schedulable
+        self.gpus: tuple[GpuState, ...] = state.gpus
+        self.index_of = {g.index: p for p, g in enumerate(state.gpus)}
+        self.kind_of: list[Kind] = [(g.model, g.memory_mb) for g in state.gpus]
+        self.mem = [max(0, min(g.free_memory_mb, g.memory_mb)) for g in state.gpus]
+        self.comp = [max(0, min(g.free_compute_percent, FULL_COMPUTE)) for g in state.gpus]
+        # Positions of wholly free GPUs per kind, ascending.
+        self.whole: dict[Kind, list[int]] = {}
+
+
+class _KindIndex:
+    __slots__ = ("model", "memory_mb", "buckets", "bmask", "partial", "pmask", "whole_total")
+
+    def __init__(self, model: str, memory_mb: int, max_per_node: int) -> None:
+        self.model = model
+        self.memory_mb = memory_mb
+        # buckets[c]: nodes (by position, insertion-ordered) with exactly c wholly free GPUs.
+        self.buckets: list[dict[int, None]] = [{} for _ in range(max_per_node + 1)]
+        self.bmask = 0
+        # partial[c]: (node position, gpu position) of partly used GPUs with c % compute free.
+        self.partial: list[dict[tuple[int, int], None]] = [{} for _ in range(FULL_COMPUTE + 1)]
+        self.pmask = 0
+        self.whole_total = 0
+
+    def bucket_add(self, count: int, node_pos: int) -> None:
+        if count:
+            self.buckets[count][node_pos] = None
+            self.bmask |= 1 << count
+
+    def bucket_remove(self, count: int, node_pos: int) -> None:
+        if count:
+            bucket = self.buckets[count]
+            del bucket[node_pos]
+            if not bucket:
+                self.bmask &= ~(1 << count)
+
+    def partial_add(self, comp: int, key: tuple[int, int]) -> None:
+        self.partial[comp][key] = None
+        self.pmask |= 1 << comp
+
+    def partial_remove(self, comp: int, key: tuple[int, int]) -> None:
+        bucket = self.partial[comp]
+        del bucket[key]
+        if not bucket:
+            self.pmask &= ~(1 << comp)
+
+
+def _is_whole(mem: int, comp: int, gpu: GpuState) -> bool:
+    return comp >= FULL_COMPUTE and mem >= gpu.memory_mb
+
+
+def _is_partial(mem: int, comp: int, gpu: GpuState) -> bool:
+    return comp > 0 and mem > 0 and not _is_whole(mem, comp, gpu)
+
+
+def _request(job: Any) -> tuple[int, int]:
+    """(memory MB, compute %) a fractional job takes from its GPU."""
+    return int(job.gpu_memory_mb or 0), int(job.gpu_compute_percent or 0)
+
+
+class FreeCapacity:
+    def __init__(self, nodes: tuple[NodeState, ...]) -> None:
+        self._nodes = [_Node(n, pos) for pos, n in enumerate(nodes)]
+        self._by_name = {n.name: n for n in self._nodes}
+        per_node: dict[Kind, int] = {}
+        for node in self._nodes:
+            counts: dict[Kind, int] = {}
+            for kind in node.kind_of:
+                counts[kind] = counts.get(kind, 0) + 1
+            for kind, count in counts.items():
+                per_node[kind] = max(per_node.get(kind, 0), count)
+        self._kinds = {k: _KindIndex(k[0], k[1], m) for k, m in per_node.items()}
+        self._eligible_cache: dict[tuple[str | None, int], list[_KindIndex]] = {}
+        self._fails: set[tuple[Any, ...]] = set()
+        self.version = 0
+        for node in self._nodes:
+            if not node.schedulable:
+                continue
+            for p, gpu in enumerate(node.gpus):
+                kind, mem, comp = node.kind_of[p], node.mem[p], node.comp[p]
+                if _is_whole(mem, comp, gpu):
+                    node.whole.setdefault(kind, []).append(p)
+                elif _is_partial(mem, comp, gpu):
+                    self._kinds[kind].partial_add(comp, (node.pos, p))
+            for kind, positions in node.whole.items():
+                ki = self._kinds[kind]
+                ki.bucket_add(len(positions), node.pos)
+                ki.whole_total += len(positions)
+
+    @classmethod
+    def from_snapshot(cls, snapshot: Snapshot) -> FreeCapacity:
+        return cls(snapshot.nodes)
+
+    # -- constraints -------------------------------------------------------------------
+
+    def eligible(self, job: Any, node: str | NodeState, gpu: int | GpuState) -> bool:
+        """Whether the GPU's model and memory suit the job, whatever is free on it now."""
+        if not isinstance(gpu, GpuState):
+            name = node if isinstance(node, str) else node.name
+            n = self._by_name[name]
+            gpu = n.gpus[n.index_of[gpu]]
+        return self._kind_ok(job, gpu.model, gpu.memory_mb)
+
+    @staticmethod
+    def _kind_ok(job: Any, model: str, memory_mb: int) -> bool:
+        if job.gpu_model is not None and job.gpu_model != model:
+            return False
+        if job.min_gpu_memory_mb is not None and memory_mb < job.min_gpu_memory_mb:
+            return False
+        if job.gpus == 0 and memory_mb < (job.gpu_memory_mb or 0):
+            return False
+        return True
+
+    def _eligible_kinds(self, job: Any) -> list[_KindIndex]:
+        need = max(job.min_gpu_memory_mb or 0, 0 if job.gpus else job.gpu_memory_mb or 0)
+        key = (job.gpu_model, need)
+        kinds = self._eligible_cache.get(key)
+        if kinds is None:
+            kinds = [
+                ki
+                for ki in self._kinds.values()
+                if (job.gpu_model is None or ki.model == job.gpu_model) and ki.memory_mb >= need
+            ]
+            self._eligible_cache[key] = kinds
+        return kinds
+
+    @staticmethod
+    def _shape(job: Any) -> tuple[Any, ...]:
+        if job.gpus:
+            return (job.gpus, job.gpu_model, job.min_gpu_memory_mb)
+        return (0, job.gpu_model, job.min_gpu_memory_mb, job.gpu_memory_mb, job.gpu_compute_percent)
+
+    # -- queries -------------------------------------------------------------------------
+
+    def best_fit(self, job: Any) -> Choice | None:
+        """The choice leaving the least behind, or None when nothing fits now.
+
+        Gangs go to the node with the fewest wholly free GPUs that still holds them, which
+        keeps whole nodes free for large gangs. Fractions go to the partly used GPU with the
+        least free compute that still takes them, and only then start a free GPU (on the
+        node with the fewest free GPUs).
+        """
+        shape = self._shape(job)
+        if shape in self._fails:
+            return None
+        kinds = self._eligible_kinds(job)
+        choice = self._best_gang(job.gpus, kinds) if job.gpus else self._best_fraction(job, kinds)
+        if choice is None:
+            self._fails.add(shape)
+        return choice
+
+    def _best_gang(self, k: int, kinds: list[_KindIndex]) -> Choice | None:
+        best: _KindIndex | None = None
+        best_count = 0
+        for ki in kinds:
+            m = ki.bmask >> k
+            if m:
+                count = k + _lowest_bit(m)
+                if best is None or count < best_count:
+                    best, best_count = ki, count
+                    if count == k:
+                        break
+        if best is None:
+            return None
+        node = self._nodes[next(iter(best.buckets[best_count]))]
+        positions = node.whole[(best.model, best.memory_mb)][:k]
+        return node.name, tuple(node.gpus[p].index for p in positions)
+
+    def _best_fraction(self, job: Any, kinds: list[_KindIndex]) -> Choice | None:
+        mem, comp = _request(job)
+        start = max(comp, 1)
+        best: tuple[int, int, int] | None = None  # (free compute, node pos, gpu pos)
+        for ki in kinds:
+            m = ki.pmask >> start
+            while m:
+                low = m & -m
+                value = start + low.bit_length() - 1
+                if best is not None and value >= best[0]:
+                    break
+                hit = None
+                for node_pos, p in ki.partial[value]:
+                    if self._nodes[node_pos].mem[p] >= mem:
+                        hit = (value, node_pos, p)
+                        break
+                if hit is not None:
+                    best = hit
+                    break
+                m ^= low
+        if best is not None:
+            node = self._nodes[best[1]]
+            return node.name, (node.gpus[best[2]].index,)
+        gang = self._best_gang(1, kinds)
+        return gang
+
+    def fits(self, job: Any, node: str, gpu_indices: tuple[int, ...]) -> bool:
+        """Whether the job fits on exactly these GPUs now (constraints and free capacity)."""
+        n = self._by_name.get(node)
+        if n is None or not n.schedulable:
+            return False
+        if job.gpus and len(set(gpu_indices)) != job.gpus:
+            return False
+        if not job.gpus and len(gpu_indices) != 1:
+            return False
+        mem, comp = _request(job)
+        kinds = set()
+        for idx in gpu_indices:
+            p = n.index_of.get(idx)
+            if p is None:
+                return False
+            gpu = n.gpus[p]
+            if not self._kind_ok(job, gpu.model, gpu.memory_mb):
+                return False
+            kinds.add(n.kind_of[p])
+            if job.gpus:
+                if not _is_whole(n.mem[p], n.comp[p], gpu):
+                    return False
+            elif n.comp[p] < max(comp, 1) or n.mem[p] < max(mem, 1):
+                return False
+        return len(kinds) == 1
+
+    def candidates(self, job: Any) -> list[Choice]:
+        """Every feasible choice, best fit first: one per node for a gang (its lowest free
+        GPUs of each kind), one per GPU for a fraction."""
+        kinds = self._eligible_kinds(job)
+        out: list[tuple[tuple[int, int], Choice]] = []
+        if job.gpus:
+            k = job.gpus
+            for ki in kinds:
+                for count in range(k, len(ki.buckets)):
+                    for node_pos in ki.buckets[count]:
+                        node = self._nodes[node_pos]
+                        positions = node.whole[(ki.model, ki.memory_mb)][:k]
+                        choice = (node.name, tuple(node.gpus[p].index for p in positions))
+                        out.append(((count, node_pos), choice))
+        else:
+            mem, comp = _request(job)
+            for ki in kinds:
+                for value in range(max(comp, 1), FULL_COMPUTE + 1):
+                    for node_pos, p in ki.partial[value]:
+                        node = self._nodes[node_pos]
+                        if node.mem[p] >= mem:
+                            out.append(((value, node_pos), (node.name, (node.gpus[p].index,))))
+                for count in range(1, len(ki.buckets)):
+                    for node_pos in ki.buckets[count]:
+                        node = self._nodes[node_pos]
+                        for p in node.whole[(ki.model, ki.memory_mb)]:
+                            rank = (FULL_COMPUTE + count, node_pos)
+                            out.append((rank, (node.name, (node.gpus[p].index,))))
+        out.sort(key=lambda item: item[0])
+        return [choice for _, choice in out]
+
+    def largest_free_block(self, model: str | None = None) -> tuple[int, str | None]:
+        """Most wholly free GPUs of one kind on one schedulable node, and that node."""
+        best, where = 0, None
+        for ki in self._kinds.values():
+            if model is not None and ki.model != model:
+                continue
+            if ki.bmask:
+                count = ki.bmask.bit_length() - 1
+                if count > best:
+                    best, where = count, self._nodes[next(iter(ki.buckets[count]))].name
+        return best, where
+
+    def largest_free_block_for(self, job: Any) -> tuple[int, str | None]:
+        """As largest_free_block, over the GPU kinds this job may use."""
+        best, where = 0, None
+        for ki in self._eligible_kinds(job):
+            if ki.bmask:
+                count = ki.bmask.bit_length() - 1
+                if count > best:
+                    best, where = count, self._nodes[next(iter(ki.buckets[count]))].name
+        return best, where
+
+    def most_free_fraction(self, job: Any) -> tuple[int, int, str, int] | None:
+        """(free MB, free compute %, node, gpu index) of the roomiest GPU this fraction may
+        use: a wholly free one if any, else the partly used one with the most compute."""
+        kinds = self._eligible_kinds(job)
+        for ki in kinds:
+            if ki.bmask:
+                node = self._nodes[next(iter(ki.buckets[ki.bmask.bit_length() - 1]))]
+                p = node.whole[(ki.model, ki.memory_mb)][0]
+                return node.mem[p], node.comp[p], node.name, node.gpus[p].index
+        best: tuple[int, int, str, int] | None = None
+        for ki in kinds:
+            if ki.pmask:
+                value = ki.pmask.bit_length() - 1
+                for node_pos, p in ki.partial[value]:
+                    node = self._nodes[node_pos]
+                    if best is None or (value, node.mem[p]) > (best[1], best[0]):
+                        best = (node.mem[p], value, node.name, node.gpus[p].index)
+        return best
+
+    def free_gpus_total(self) -> int:
+        """Wholly free GPUs on schedulable nodes."""
+        return sum(ki.whole_total for ki in self._kinds.values())
+
+    def free_on(self, node: str, gpu_index: int) -> tuple[int, int]:
+        """(free MB, free compute %) of one GPU."""
+        n = self._by_name[node]
+        p = n.index_of[gpu_index]
+        return n.mem[p], n.comp[p]
+
+    def whole_free(self, node: str) -> tuple[int, ...]:
+        """Indices of the wholly free GPUs on a node (empty if it is not schedulable)."""
+        n = self._by_name[node]
+        return tuple(sorted(n.gpus[p].index for ps in n.whole.values() for p in ps))
+
+    def node_names(self) -> list[str]:
+        return [n.name for n in self._nodes]
+
+    def node_gpus(self, node: str) -> tuple[GpuState, ...]:
+        return self._by_name[node].gpus
+
+    def is_schedulable(self, node: str) -> bool:
+        n = self._by_name.get(node)
+        return n is not None and n.schedulable
+
+    # -- bookings ------------------------------------------------------------------------
+
+    def take(self, job: Any, node: str, gpu_indices: tuple[int, ...]) -> None:
+        """Book the job's share of these GPUs (the caller has checked that it fits)."""
+        n = self._by_name[node]
+        mem, comp = _request(job)
+        for idx in gpu_indices:
+            p = n.index_of[idx]
+            if job.gpus:
+                self._set(n, p, 0, 0)
+            else:
+                self._set(n, p, max(0, n.mem[p] - mem), max(0, n.comp[p] - comp))
+
+    def release(self, job: Any, node: str, gpu_indices: tuple[int, ...]) -> None:
+        """Give back what the job held on these GPUs (a running job ending, a booking undone)."""
+        n = self._by_name[node]
+        mem, comp = _request(job)
+        for idx in gpu_indices:
+            p = n.index_of[idx]
+            gpu = n.gpus[p]
+            if job.gpus:
+                self._set(n, p, gpu.memory_mb, FULL_COMPUTE)
+            else:
+                self._set(
+                    n, p, min(gpu.memory_mb, n.mem[p] + mem), min(FULL_COMPUTE, n.comp[p] + comp)
+                )
+        self._fails.clear()
+
+    def _set(self, n: _Node, p: int, mem: int, comp: int) -> None:
+        gpu = n.gpus[p]
+        old_mem, old_comp = n.mem[p], n.comp[p]
+        n.mem[p], n.comp[p] = mem, comp
+        self.version += 1
+        if not n.schedulable:
+            return
+        kind = n.kind_of[p]
+        ki = self._kinds[kind]
+        was_whole, now_whole = _is_whole(old_mem, old_comp, gpu), _is_whole(mem, comp, gpu)
+        if was_whole != now_whole:
+            positions = n.whole.setdefault(kind, [])
+            ki.bucket_remove(len(positions), n.pos)
+            if was_whole:
+                positions.remove(p)
+                ki.whole_total -= 1
+            else:
+                insort(positions, p)
+                ki.whole_total += 1
+            ki.bucket_add(len(positions), n.pos)
+        key = (n.pos, p)
+        if _is_partial(old_mem, old_comp, gpu):
+            ki.partial_remove(old_comp, key)
+        if _is_partial(mem, comp, gpu):
+            ki.partial_add(comp, key)
