@@ -1,0 +1,279 @@
+"""Starting job processes and keeping track of them across agent restarts.
+
+Each attempt gets a directory under `state_dir` holding `record.json` (who runs, since
+when, with what limits) and, once the job has ended, `status.json` written by the shim
+(see `workers.executor.shim`). A restarted agent builds an `Executor` on the same
+`state_dir` and finds every attempt the previous one started: still running, ended while
+the agent was away, or lost.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+import select
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+import psutil
+
+from workers.executor.spec import ExecutorError, JobKey, JobSpec, job_environment
+
+logger = logging.getLogger(__name__)
+
+SHIM_PATH = str(Path(__file__).with_name("shim.py"))
+SHIM_START_TIMEOUT_S = 10.0
+LOST = "lost"  # exit_status() when neither the job nor its shim can tell how it ended
+
+
+@dataclass
+class Handle:
+    """One attempt the executor knows about."""
+
+    spec: JobSpec
+    pid: int
+    shim_pid: int
+    started_at: float
+    attempt_dir: str
+    shim_create_time: float | None = None
+    shim: subprocess.Popen[bytes] | None = None  # None for attempts adopted after a restart
+
+    @property
+    def pgid(self) -> int:
+        return self.pid  # the job runs in its own session
+
+
+def _dir_name(key: JobKey) -> str:
+    job_id, attempt = key
+    return re.sub(r"[^A-Za-z0-9_.-]", "_", f"{job_id}.{attempt}")
+
+
+def _create_time(pid: int) -> float | None:
+    try:
+        return psutil.Process(pid).create_time()
+    except psutil.Error:
+        return None
+
+
+class Executor:
+    """Starts attempts through the shim and answers whether they have ended.
+
+    `gpu_backend` is told about each job process when it can simulate load (the simulated
+    backend); NVML needs nothing. Signals go to the job's whole process group.
+    """
+
+    def __init__(
+        self,
+        state_dir: str | os.PathLike[str],
+        *,
+        base_env: Mapping[str, str] | None = None,
+        gpu_backend: Any = None,
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.state_dir = Path(state_dir)
+        self.state_dir.mkdir(parents=True, exist_ok=True)
+        self.base_env = base_env
+        self.gpu_backend = gpu_backend
+        self.clock = clock
+        self.handles: dict[JobKey, Handle] = {}
+        self._adopt()
+
+    # -- starting ---------------------------------------------------------------------------
+
+    def start(self, spec: JobSpec) -> int:
+        """Start the attempt and return the job's pid as soon as the process exists.
+        Starting an attempt that is already known returns its pid (a redelivered start
+        message starts nothing twice). Raises ExecutorError when it cannot start."""
+        existing = self.handles.get(spec.key)
+        if existing is not None:
+            return existing.pid
+        simulated = hasattr(self.gpu_backend, "register_job_process")
+        if simulated:
+            try:
+                self.gpu_backend.check_job_load(
+                    spec.gpu_indices,
+                    env=spec.env,
+                    gpu_memory_mb=spec.gpu_memory_mb,
+                    gpu_compute_percent=spec.gpu_compute_percent,
+                )
+            except ValueError as exc:
+                raise ExecutorError(f"cannot start job {spec.job_id}: {exc}") from exc
+        attempt_dir = self.state_dir / _dir_name(spec.key)
+        if attempt_dir.exists():
+            shutil.rmtree(attempt_dir)
+        attempt_dir.mkdir(parents=True)
+        launch = {
+            "command": spec.command,
+            "workdir": spec.workdir,
+            "env": job_environment(spec, self.base_env),
+            "log_path": os.path.abspath(spec.log_path),
+            "log_cap_bytes": spec.log_cap_bytes,
+        }
+        fd = os.open(attempt_dir / "launch.json", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+        with os.fdopen(fd, "w") as fh:
+            json.dump(launch, fh)
+        with open(attempt_dir / "shim.err", "wb") as err:
+            shim = subprocess.Popen(
+                [sys.executable, "-I", SHIM_PATH, str(attempt_dir)],
+                stdin=subprocess.DEVNULL,
+                stdout=subprocess.PIPE,
+                stderr=err,
+                start_new_session=True,
+                close_fds=True,
+            )
+        line = self._first_line(shim)
+        if not line.startswith("pid "):
+            shim.wait(timeout=SHIM_START_TIMEOUT_S)
+            shutil.rmtree(attempt_dir, ignore_errors=True)
+            detail = line.removeprefix("error ").strip() or "the launcher exited without a pid"
+            raise ExecutorError(f"cannot start job {spec.job_id}: {detail}")
+        pid = int(line.split()[1])
+        handle = Handle(
+            spec=spec,
+            pid=pid,
+            shim_pid=shim.pid,
+            started_at=self.clock(),
+            attempt_dir=str(attempt_dir),
+            shim_create_time=_create_time(shim.pid),
+            shim=shim,
+        )
+        self._write_record(handle)
+        self.handles[spec.key] = handle
+        self._simulate_load(handle)
+        return pid
+
+    def _simulate_load(self, handle: Handle) -> None:
+        if not hasattr(self.gpu_backend, "register_job_process"):
+            return
+        spec = handle.spec
+        try:
+            self.gpu_backend.register_job_process(
+                handle.pid,
+                spec.gpu_indices,
+                env=spec.env,
+                gpu_memory_mb=spec.gpu_memory_mb,
+                gpu_compute_percent=spec.gpu_compute_percent,
+            )
+        except ValueError as exc:
+            logger.warning("no simulated load for job %s: %s", spec.key, exc)
+
+    @staticmethod
+    def _first_line(shim: subprocess.Popen[bytes]) -> str:
+        assert shim.stdout is not None
+        deadline = time.monotonic() + SHIM_START_TIMEOUT_S
+        buf = b""
+        while b"\n" not in buf and time.monotonic() < deadline:
+            ready, _, _ = select.select([shim.stdout], [], [], 0.1)
+            if ready:
+                chunk = os.read(shim.stdout.fileno(), 4096)
+                if not chunk:
+                    break
+                buf += chunk
+        shim.stdout.close()
+        return buf.decode(errors="replace").splitlines()[0] if buf else ""
+
+    def _write_record(self, handle: Handle) -> None:
+        spec = asdict(handle.spec)
+        # The job's environment may hold secrets; keep only the simulated-load declaration,
+        # which a restarted agent needs to keep simulating the job.
+        spec["env"] = {k: v for k, v in spec["env"].items() if k.startswith("FLEET_SIM_")}
+        record = {
+            "spec": spec,
+            "pid": handle.pid,
+            "shim_pid": handle.shim_pid,
+            "shim_create_time": handle.shim_create_time,
+            "started_at": handle.started_at,
+        }
+        path = Path(handle.attempt_dir) / "record.json"
+        tmp = path.with_suffix(".tmp")
+        tmp.write_text(json.dumps(record))
+        os.replace(tmp, path)
+
+    def _adopt(self) -> None:
+        for record_path in sorted(self.state_dir.glob("*/record.json")):
+            try:
+                record = json.loads(record_path.read_text())
+                raw = record["spec"]
+                raw["gpu_indices"] = tuple(raw["gpu_indices"])
+                spec = JobSpec(**raw)
+            except (OSError, ValueError, KeyError, TypeError) as exc:
+                logger.warning("ignoring unreadable attempt record %s: %s", record_path, exc)
+                continue
+            handle = Handle(
+                spec=spec,
+                pid=record["pid"],
+                shim_pid=record["shim_pid"],
+                started_at=record["started_at"],
+                attempt_dir=str(record_path.parent),
+                shim_create_time=record.get("shim_create_time"),
+            )
+            self.handles[spec.key] = handle
+            if self.exit_status(spec.key) is None:
+                self._simulate_load(handle)
+
+    # -- state ------------------------------------------------------------------------------
+
+    def exit_status(self, key: JobKey) -> int | str | None:
+        """None while the job runs; its return code once it has ended (negative: killed
+        by that signal); LOST when its shim vanished without saying."""
+        handle = self.handles[key]
+        status_path = Path(handle.attempt_dir) / "status.json"
+        if status_path.exists():
+            try:
+                code = json.loads(status_path.read_text())["returncode"]
+            except (OSError, ValueError, KeyError):
+                return LOST
+            return LOST if code is None else int(code)
+        if self._shim_alive(handle):
+            return None
+        # The shim writes the status before exiting; look once more to close that race.
+        return self.exit_status(key) if status_path.exists() else LOST
+
+    @staticmethod
+    def _shim_alive(handle: Handle) -> bool:
+        if handle.shim is not None:
+            return handle.shim.poll() is None
+        try:
+            proc = psutil.Process(handle.shim_pid)
+            alive = proc.status() != psutil.STATUS_ZOMBIE
+        except psutil.Error:
+            return False
+        created = handle.shim_create_time
+        return alive and (created is None or abs(proc.create_time() - created) < 1.0)
+
+    def signal_group(self, key: JobKey, sig: signal.Signals) -> bool:
+        """Send `sig` to the job's process group; False when the group is already gone."""
+        handle = self.handles.get(key)
+        if handle is None:
+            return False
+        if (Path(handle.attempt_dir) / "status.json").exists():
+            return False  # ended: its pgid may no longer be ours to signal
+        try:
+            os.killpg(handle.pgid, sig)
+        except ProcessLookupError:
+            return False
+        return True
+
+    def forget(self, key: JobKey) -> None:
+        """Drop an ended attempt: release its simulated load and its state directory.
+        The log file stays."""
+        handle = self.handles.pop(key, None)
+        if handle is None:
+            return
+        if hasattr(self.gpu_backend, "unregister_job_process"):
+            self.gpu_backend.unregister_job_process(handle.pid)
+        if handle.shim is not None:
+            try:
+                handle.shim.wait(timeout=5)
+            except subprocess.TimeoutExpired:
+                logger.warning("shim %s of job %s did not exit", handle.shim_pid, key)
+        shutil.rmtree(handle.attempt_dir, ignore_errors=True)

@@ -1,0 +1,170 @@
+"""Per-attempt shim: the parent of one job process, outside the agent.
+
+Run as `python -I shim.py ATTEMPT_DIR` by the executor, in its own session. It reads
+ATTEMPT_DIR/launch.json (command, workdir, env, log path and cap) and deletes it, starts
+`/bin/sh -c COMMAND` in a new session (so the job's process group id is its pid), prints
+`pid N` (or `error MESSAGE`) on stdout, then:
+
+- copies the job's stdout and stderr into the log file until the cap, appends one marker
+  line, and keeps reading and discarding, so the job never blocks on a full pipe;
+- reaps the job and, as a child subreaper, every orphan the job leaves behind;
+- when the job's main process exits, kills what is left of its process group (the job is
+  over; leftovers would keep holding GPUs), waits for the group to vanish, and writes
+  ATTEMPT_DIR/status.json: {"returncode": N}, negative for a signal, as in subprocess.
+
+Because the shim, not the agent, holds the pipe and the exit status, an agent restart
+neither kills the job (no SIGPIPE on its output) nor loses how it ended.
+Standard library only: it runs with `-I`, whatever the job's environment holds.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import select
+import signal
+import subprocess
+import sys
+import time
+
+PR_SET_CHILD_SUBREAPER = 36
+DRAIN_AFTER_EXIT_S = 2.0
+GROUP_GONE_WAIT_S = 5.0
+CHUNK = 65536
+
+
+def _become_subreaper() -> None:
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0)
+    except (OSError, AttributeError):
+        pass  # not Linux: orphans go to init, which reaps them
+
+
+class CappedLog:
+    def __init__(self, path: str, cap: int) -> None:
+        self.file = open(path, "ab", buffering=0)  # noqa: SIM115 - lives as long as the shim
+        self.cap = cap
+        self.written = 0
+        self.truncated = False
+
+    def write(self, data: bytes) -> None:
+        if self.truncated:
+            return
+        room = self.cap - self.written
+        if len(data) <= room:
+            self.file.write(data)
+            self.written += len(data)
+            return
+        self.file.write(data[:room])
+        self.written += room
+        self.truncated = True
+        self.file.write(
+            f"\n[fleet] log truncated: reached the cap of {self.cap:,} bytes; "
+            "further output is discarded\n".encode()
+        )
+
+
+def _reap(leader: int) -> int | None:
+    """Reap every exited child; return the leader's exit code if it was among them."""
+    code = None
+    while True:
+        try:
+            pid, status = os.waitpid(-1, os.WNOHANG)
+        except ChildProcessError:
+            return code
+        if pid == 0:
+            return code
+        if pid == leader:
+            code = os.waitstatus_to_exitcode(status)
+
+
+def _group_alive(pgid: int) -> bool:
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def main(attempt_dir: str) -> int:
+    launch_path = os.path.join(attempt_dir, "launch.json")
+    with open(launch_path) as fh:
+        launch = json.load(fh)
+    os.unlink(launch_path)  # it holds the job's environment, secrets included
+    _become_subreaper()
+    try:
+        os.makedirs(os.path.dirname(os.path.abspath(launch["log_path"])), exist_ok=True)
+        log = CappedLog(launch["log_path"], int(launch["log_cap_bytes"]))
+        read_fd, write_fd = os.pipe()
+        proc = subprocess.Popen(
+            ["/bin/sh", "-c", launch["command"]],
+            stdin=subprocess.DEVNULL,
+            stdout=write_fd,
+            stderr=write_fd,
+            cwd=launch["workdir"] or None,
+            env=launch["env"],
+            start_new_session=True,
+            close_fds=True,
+        )
+    except OSError as exc:
+        print(f"error {exc}", flush=True)
+        return 2
+    os.close(write_fd)
+    print(f"pid {proc.pid}", flush=True)
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, 1)  # the agent stops reading; never block or die writing to it
+
+    leader = proc.pid
+    returncode: int | None = None
+    eof = False
+    drain_until = None
+    while True:
+        if not eof:
+            ready, _, _ = select.select([read_fd], [], [], 0.1)
+            if ready:
+                data = os.read(read_fd, CHUNK)
+                if data:
+                    log.write(data)
+                else:
+                    eof = True
+        else:
+            time.sleep(0.05)
+        code = _reap(leader)
+        if code is not None:
+            returncode = code
+            proc.returncode = code  # reaped here; keep Popen from waiting again
+        if returncode is not None:
+            if drain_until is None:
+                try:
+                    os.killpg(leader, signal.SIGKILL)
+                except (ProcessLookupError, PermissionError):
+                    pass
+                drain_until = time.monotonic() + DRAIN_AFTER_EXIT_S
+            if eof or time.monotonic() > drain_until:
+                break
+
+    gone_by = time.monotonic() + GROUP_GONE_WAIT_S
+    while _group_alive(leader) and time.monotonic() < gone_by:
+        try:
+            os.killpg(leader, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+        _reap(leader)
+        time.sleep(0.02)
+    _reap(leader)
+    log.file.close()
+
+    status_path = os.path.join(attempt_dir, "status.json")
+    tmp = status_path + ".tmp"
+    with open(tmp, "w") as fh:
+        json.dump({"returncode": returncode, "ended_at": time.time()}, fh)
+    os.replace(tmp, status_path)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1]))

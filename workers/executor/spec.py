@@ -1,0 +1,81 @@
+"""What the agent is asked to run, and the environment a job process sees."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+DEFAULT_LOG_CAP_BYTES = 64 * 1024 * 1024
+DEFAULT_GRACE_S = 30.0
+
+JobKey = tuple[Any, int]  # (job_id, attempt)
+
+
+class ExecutorError(RuntimeError):
+    """A job could not be started (bad working directory, bad declared load, ...)."""
+
+
+@dataclass(frozen=True, slots=True)
+class JobSpec:
+    """One attempt of one job.
+
+    `command` is a shell string run with `/bin/sh -c`. `gpu_indices` are NVML indices on
+    this host. A fractional job has one index and `gpu_memory_mb` / `gpu_compute_percent`;
+    its measured GPU memory is enforced (see `Supervisor`). `time_limit` is in seconds
+    (None: no limit). `grace` is the time between SIGTERM and SIGKILL when the job is
+    stopped for any reason; the job sees it as FLEET_PREEMPT_GRACE. `log_path` receives
+    stdout and stderr, capped at `log_cap_bytes`.
+    """
+
+    job_id: Any
+    attempt: int
+    command: str
+    log_path: str
+    env: Mapping[str, str] = field(default_factory=dict)
+    workdir: str | None = None
+    gpu_indices: tuple[int, ...] = ()
+    time_limit: float | None = None
+    gpu_memory_mb: int | None = None
+    gpu_compute_percent: int | None = None
+    grace: float = DEFAULT_GRACE_S
+    log_cap_bytes: int = DEFAULT_LOG_CAP_BYTES
+
+    @property
+    def key(self) -> JobKey:
+        return (self.job_id, self.attempt)
+
+    @property
+    def is_fractional(self) -> bool:
+        return self.gpu_memory_mb is not None or self.gpu_compute_percent is not None
+
+
+def job_environment(spec: JobSpec, base_env: Mapping[str, str] | None = None) -> dict[str, str]:
+    """Base environment, then the job's own variables, then what fleet sets (which wins, so
+    a job cannot pose as another job or widen its GPUs).
+
+    CUDA_VISIBLE_DEVICES lists the assigned NVML indices, and CUDA_DEVICE_ORDER=PCI_BUS_ID
+    makes CUDA number GPUs the way NVML and nvidia-smi do (CUDA's default order is
+    fastest-first, which can differ). Indices rather than UUIDs keep the variable readable
+    and work the same on simulated nodes. A job with no GPUs gets an empty list, so it sees
+    none.
+    """
+    env = dict(os.environ if base_env is None else base_env)
+    env.update({str(k): str(v) for k, v in spec.env.items()})
+    env.update(
+        {
+            "CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in spec.gpu_indices),
+            "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
+            "FLEET_JOB_ID": str(spec.job_id),
+            "FLEET_ATTEMPT": str(spec.attempt),
+            "FLEET_PREEMPT_GRACE": f"{spec.grace:g}",
+        }
+    )
+    for name in ("FLEET_GPU_MEMORY_MB", "FLEET_GPU_COMPUTE_PERCENT"):
+        env.pop(name, None)
+    if spec.gpu_memory_mb is not None:
+        env["FLEET_GPU_MEMORY_MB"] = str(spec.gpu_memory_mb)
+    if spec.gpu_compute_percent is not None:
+        env["FLEET_GPU_COMPUTE_PERCENT"] = str(spec.gpu_compute_percent)
+    return env

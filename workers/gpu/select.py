@@ -1,0 +1,38 @@
+"""Choosing the GPU backend for an agent."""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Callable, Mapping
+
+from workers.gpu.types import GpuBackend
+
+
+def select_backend(
+    simulate_spec: str | None,
+    node_name: str,
+    *,
+    seed: int | None = None,
+    environ: Mapping[str, str] | None = None,
+    clock: Callable[[], float] = time.time,
+) -> GpuBackend:
+    """NVML unless simulation is asked for, by `simulate_spec` or by the environment
+    variable `FLEET_SIMULATE_GPUS` (the argument wins). `seed` defaults to `FLEET_SIM_SEED`
+    or 0. With NVML, failure to load it raises `GpuBackendError`: a host that was meant to
+    have GPUs never silently reports simulated ones."""
+    env = os.environ if environ is None else environ
+    spec = simulate_spec or env.get("FLEET_SIMULATE_GPUS") or None
+    if spec:
+        from workers.gpu.simulated import SimulatedGpuBackend
+
+        if seed is None:
+            raw = env.get("FLEET_SIM_SEED", "0") or "0"
+            try:
+                seed = int(raw)
+            except ValueError:
+                raise ValueError(f"FLEET_SIM_SEED={raw!r} is not an integer") from None
+        return SimulatedGpuBackend(spec, node_name=node_name, seed=seed, clock=clock)
+    from workers.gpu.nvml import NvmlBackend
+
+    return NvmlBackend(clock=clock)
