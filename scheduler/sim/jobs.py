@@ -1,0 +1,81 @@
+"""Jobs as the simulator replays them, and the time limits simulated users ask for.
+
+A `JobSpec` is what a trace or generator says about a job: when it arrives, how many seconds
+of work it needs when running alone (`duration`, its isolated runtime), and its request. The
+user's `time_limit` is what the scheduler sees; the true duration is known only to the
+simulator (and to the srpt-oracle).
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, replace
+
+import numpy as np
+
+# Values people type into a time-limit field, in seconds: 5, 10, 15, 30 minutes, 1, 2, 3, 4,
+# 6, 8, 12 hours, 1, 2, 3 days, 1, 2 weeks, 30 days. Above that, whole days.
+COMMON_LIMITS = tuple(
+    m * 60
+    for m in (5, 10, 15, 30, 60, 120, 180, 240, 360, 480, 720, 1440, 2880, 4320, 10080, 20160)
+) + (30 * 86400,)
+
+DAY = 86400.0
+
+
+@dataclass(frozen=True, slots=True)
+class JobSpec:
+    id: int
+    submit: float
+    duration: float
+    gpus: int
+    team: str
+    user: str
+    name: str = ""
+    time_limit: float | None = None
+    gpu_model: str | None = None
+    # Fractional requests (gpus == 0): memory and compute share of one GPU.
+    gpu_memory_mb: int | None = None
+    gpu_compute_percent: int | None = None
+    priority: int = 0
+
+    @property
+    def work(self) -> float:
+        """Seconds the job runs when nothing stops it: its duration, cut by its time limit."""
+        if self.time_limit is None:
+            return self.duration
+        return min(self.duration, self.time_limit)
+
+    @property
+    def gpu_equivalent(self) -> float:
+        if self.gpus:
+            return float(self.gpus)
+        return (self.gpu_compute_percent or 100) / 100.0
+
+
+def round_up_limit(seconds: float) -> float:
+    """The smallest common time-limit value at or above `seconds` (whole days past 30 days)."""
+    for value in COMMON_LIMITS:
+        if seconds <= value:
+            return float(value)
+    return math.ceil(seconds / DAY) * DAY
+
+
+def assign_time_limits(
+    jobs: list[JobSpec], *, seed: int = 0, median: float = 2.0, sigma: float = 0.7
+) -> list[JobSpec]:
+    """Give every job without a time limit one that over-asks the way users do.
+
+    limit = round_up(duration x f), f lognormal with the given median (2x by default) and
+    log-sigma, clipped to f >= 1.0 so that no job is killed by its own limit; then rounded up
+    to a common value (15 min, 1 h, 4 h, 1 day...). Deterministic for a seed and job order.
+    """
+    rng = np.random.default_rng(seed)
+    factors = np.maximum(1.0, rng.lognormal(math.log(median), sigma, size=len(jobs)))
+    out = []
+    for job, f in zip(jobs, factors, strict=True):
+        if job.time_limit is not None:
+            out.append(job)
+        else:
+            out.append(replace(job, time_limit=round_up_limit(job.duration * float(f))))
+    return out

@@ -1,0 +1,389 @@
+"""The simulated cluster: GPUs, pending and running jobs, the event heap, the snapshot.
+
+Everything that changes during a run goes through `SimState.start`, `SimState.preempt` and
+`SimState.advance`, so that the accounting (GPU-seconds used, lost progress, per-team usage)
+has one place to be right. Drivers (production policies, the srpt-oracle, the RL env) decide;
+the state applies.
+
+Preemption: a preempted job goes back to pending (or ends when the decision says no requeue
+or it has no requeues left). Without checkpointing it loses all progress of the attempt;
+with `checkpointing=True` it keeps the work done. Either way its next attempt first spends
+`restart_overhead` seconds (on its GPUs) before doing useful work again; those seconds and any
+discarded progress are counted as lost GPU-seconds.
+"""
+
+from __future__ import annotations
+
+import heapq
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from scheduler.core.model import (
+    FULL_COMPUTE,
+    GpuState,
+    NodeState,
+    PendingJob,
+    RunningJob,
+    Snapshot,
+    TeamState,
+)
+from scheduler.sim.cluster import ClusterSpec
+from scheduler.sim.jobs import JobSpec
+
+LN2 = math.log(2)
+
+
+@dataclass(slots=True)
+class SimConfig:
+    cycle_interval: float = 60.0
+    cycle_backoff: float = 8.0  # idle timer cycles stretch up to this multiple of the interval
+    restart_overhead: float = 60.0
+    checkpointing: bool = False
+    max_requeues: int | None = None  # None: no limit
+    fairshare_half_life: float = 7 * 86400.0
+    settings: Mapping[str, Any] = field(default_factory=dict)
+    record_timeline: bool = True
+
+
+@dataclass(slots=True, eq=False)
+class JobRun:
+    """One job's life in the simulator."""
+
+    spec: JobSpec
+    state: str = "future"  # future, pending, running, done, timeout, killed, unschedulable
+    first_start: float | None = None
+    finish: float | None = None
+    attempt: int = 0
+    started_at: float = 0.0
+    node: str = ""
+    gpu_indices: tuple[int, ...] = ()
+    overhead: float = 0.0  # restart overhead of the current attempt
+    done_work: float = 0.0  # useful seconds kept from earlier attempts (checkpointing)
+    attained: float = 0.0  # GPU-seconds run by earlier attempts
+    preemptions: int = 0
+    lost_gpu_seconds: float = 0.0
+    busy_gpu_seconds: float = 0.0
+    predicted: float | None = None
+    ends_at: float = math.inf
+
+    @property
+    def remaining_work(self) -> float:
+        return self.spec.work - self.done_work
+
+
+class SimState:
+    def __init__(self, jobs: list[JobSpec], cluster: ClusterSpec, config: SimConfig):
+        self.config = config
+        self.cluster = cluster
+        self.now = 0.0
+        self.jobs: dict[int, JobRun] = {j.id: JobRun(j) for j in jobs}
+        self._arrivals = sorted(jobs, key=lambda j: (j.submit, j.id))
+        self._next_arrival = 0
+        self._ends: list[tuple[float, int, int]] = []  # (time, job id, attempt)
+        self.pending: dict[int, PendingJob] = {}
+        self.running: dict[int, RunningJob] = {}
+        self._nodes: dict[str, NodeState] = {n.name: n for n in cluster.node_states()}
+        # Per GPU [free memory, free compute]; per node the count of wholly free GPUs.
+        self._free: dict[str, list[list[int]]] = {
+            n.name: [[g.memory_mb, FULL_COMPUTE] for g in n.gpus] for n in self._nodes.values()
+        }
+        self.free_whole: dict[str, int] = {n.name: len(n.gpus) for n in self._nodes.values()}
+        self._dirty: set[str] = set()
+        self.total_gpus = cluster.total_gpus
+        self.busy_gpus = 0.0
+        teams = sorted({j.team for j in jobs})
+        self._team_usage = {t: 0.0 for t in teams}
+        self._team_running = {t: 0.0 for t in teams}
+        self._team_clock = {t: 0.0 for t in teams}
+        self._settings = MappingProxyType(dict(config.settings))
+        self.timeline: list[tuple[float, float, int, int]] = []
+        self.invalid_decisions: list[str] = []
+        self.predictor: Any = None  # optional: .predict(spec) -> float | None, .observe(spec, s)
+        self.preemptions = 0
+        self.finished = 0
+        self.events = 0  # batches of events processed; drivers may skip cycles without news
+
+    # -- clock and events ------------------------------------------------------------------
+
+    def next_event_time(self) -> float:
+        t = math.inf
+        if self._next_arrival < len(self._arrivals):
+            t = self._arrivals[self._next_arrival].submit
+        while self._ends and self._is_stale(self._ends[0]):
+            heapq.heappop(self._ends)
+        if self._ends:
+            t = min(t, self._ends[0][0])
+        return t
+
+    def _is_stale(self, entry: tuple[float, int, int]) -> bool:
+        run = self.jobs[entry[1]]
+        return run.state != "running" or run.attempt != entry[2]
+
+    @property
+    def arrivals_left(self) -> int:
+        return len(self._arrivals) - self._next_arrival
+
+    def advance(self, t: float) -> bool:
+        """Move the clock to `t`, ending jobs and admitting arrivals due by then.
+        Returns whether anything happened."""
+        self.now = max(self.now, t)
+        happened = False
+        while self._ends and self._ends[0][0] <= t:
+            end, job_id, attempt = heapq.heappop(self._ends)
+            run = self.jobs[job_id]
+            if run.state == "running" and run.attempt == attempt:
+                self._finish(run, end)
+                happened = True
+        while self._next_arrival < len(self._arrivals):
+            spec = self._arrivals[self._next_arrival]
+            if spec.submit > t:
+                break
+            self._next_arrival += 1
+            run = self.jobs[spec.id]
+            if self.predictor is not None:
+                run.predicted = self.predictor.predict(spec)
+            run.state = "pending"
+            self.pending[spec.id] = self._pending_job(run)
+            happened = True
+        if happened:
+            self.events += 1
+            self._record()
+        return happened
+
+    def _record(self) -> None:
+        if self.config.record_timeline:
+            self.timeline.append((self.now, self.busy_gpus, len(self.pending), len(self.running)))
+
+    # -- decisions --------------------------------------------------------------------------
+
+    def can_fit(self, spec: JobSpec, node: str, gpu_indices: tuple[int, ...]) -> str | None:
+        """None when the job fits there now; otherwise why not."""
+        ns = self._nodes.get(node)
+        if ns is None:
+            return f"unknown node {node}"
+        if not ns.schedulable:
+            return f"node {node} takes no work"
+        want = spec.gpus or 1
+        if len(gpu_indices) != want or len(set(gpu_indices)) != want:
+            return f"job {spec.id} needs {want} GPUs, got {list(gpu_indices)}"
+        free = self._free[node]
+        for i in gpu_indices:
+            if not 0 <= i < len(free):
+                return f"node {node} has no GPU {i}"
+            gpu = ns.gpus[i]
+            if spec.gpu_model and gpu.model != spec.gpu_model:
+                return f"job {spec.id} needs {spec.gpu_model}, GPU {node}/{i} is {gpu.model}"
+            mem, comp = free[i]
+            if spec.gpus:
+                if mem < gpu.memory_mb or comp < FULL_COMPUTE:
+                    return f"GPU {node}/{i} is not free"
+            elif mem < (spec.gpu_memory_mb or 0) or comp < (spec.gpu_compute_percent or 0):
+                return f"GPU {node}/{i} lacks room for job {spec.id}"
+        return None
+
+    def whole_free_indices(self, node: str) -> list[int]:
+        gpus = self._nodes[node].gpus
+        return [
+            i
+            for i, (mem, comp) in enumerate(self._free[node])
+            if mem >= gpus[i].memory_mb and comp >= FULL_COMPUTE
+        ]
+
+    def start(self, job_id: int, node: str, gpu_indices: tuple[int, ...]) -> str | None:
+        """Start a pending job; returns None, or why the decision was skipped."""
+        run = self.jobs.get(job_id)
+        if run is None or run.state != "pending":
+            return f"job {job_id} is not pending"
+        why = self.can_fit(run.spec, node, gpu_indices)
+        if why:
+            return why
+        spec = run.spec
+        self._take(spec, node, gpu_indices, -1)
+        del self.pending[job_id]
+        run.state = "running"
+        run.attempt += 1
+        run.started_at = self.now
+        run.node, run.gpu_indices = node, tuple(gpu_indices)
+        if run.first_start is None:
+            run.first_start = self.now
+        run.ends_at = self.now + run.overhead + run.remaining_work
+        heapq.heappush(self._ends, (run.ends_at, job_id, run.attempt))
+        self._team_change(spec.team, spec.gpu_equivalent)
+        self.busy_gpus += spec.gpu_equivalent
+        self.running[job_id] = RunningJob(
+            id=job_id,
+            team=spec.team,
+            user=spec.user,
+            node=node,
+            gpu_indices=run.gpu_indices,
+            started_at=self.now,
+            time_limit=(spec.time_limit or spec.work) + run.overhead,
+            gpus=spec.gpus,
+            gpu_memory_mb=spec.gpu_memory_mb,
+            gpu_compute_percent=spec.gpu_compute_percent,
+            priority=spec.priority,
+            predicted_runtime=None if run.predicted is None else run.predicted + run.overhead,
+            requeueable=self._requeueable(run),
+        )
+        return None
+
+    def _requeueable(self, run: JobRun) -> bool:
+        limit = self.config.max_requeues
+        return limit is None or run.preemptions < limit
+
+    def preempt(
+        self, job_id: int, *, requeue: bool = True, free: bool = False, reason: str = ""
+    ) -> str | None:
+        """Stop a running job. `free` (the oracle's) keeps all progress and costs nothing."""
+        run = self.jobs.get(job_id)
+        if run is None or run.state != "running":
+            return f"job {job_id} is not running"
+        spec = run.spec
+        ran = self.now - run.started_at
+        g = spec.gpu_equivalent
+        self._stop(run, ran)
+        run.preemptions += 1
+        self.preemptions += 1
+        if free:
+            run.done_work += max(0.0, ran - run.overhead)
+            run.lost_gpu_seconds += min(ran, run.overhead) * g
+            run.overhead = 0.0
+        elif self.config.checkpointing:
+            run.done_work += max(0.0, ran - run.overhead)
+            run.lost_gpu_seconds += min(ran, run.overhead) * g
+            run.overhead = self.config.restart_overhead
+        else:
+            run.lost_gpu_seconds += ran * g
+            run.done_work = 0.0
+            run.overhead = self.config.restart_overhead
+        if requeue and (free or self._requeueable(run)):
+            run.state = "pending"
+            self.pending[job_id] = self._pending_job(run)
+        else:
+            run.state = "killed"
+            run.finish = self.now
+            self.finished += 1
+        return None
+
+    def _finish(self, run: JobRun, end: float) -> None:
+        spec = run.spec
+        self._stop(run, end - run.started_at)
+        run.state = (
+            "timeout" if spec.time_limit is not None and spec.duration > spec.time_limit else "done"
+        )
+        run.finish = end
+        run.done_work = spec.work
+        # Useful work of this attempt counts as used; only its restart overhead is lost.
+        run.lost_gpu_seconds += run.overhead * spec.gpu_equivalent
+        self.finished += 1
+        if self.predictor is not None:
+            self.predictor.observe(spec, spec.work)
+
+    def _stop(self, run: JobRun, ran: float) -> None:
+        spec = run.spec
+        g = spec.gpu_equivalent
+        run.busy_gpu_seconds += ran * g
+        run.attained += ran * g
+        self._take(spec, run.node, run.gpu_indices, +1)
+        self._team_change(spec.team, -g)
+        self.busy_gpus -= g
+        del self.running[run.spec.id]
+        run.ends_at = math.inf
+
+    def _take(self, spec: JobSpec, node: str, gpu_indices: tuple[int, ...], sign: int) -> None:
+        free = self._free[node]
+        gpus = self._nodes[node].gpus
+        for i in gpu_indices:
+            cell = free[i]
+            was_whole = cell[0] >= gpus[i].memory_mb and cell[1] >= FULL_COMPUTE
+            if spec.gpus:
+                cell[0] += sign * gpus[i].memory_mb
+                cell[1] += sign * FULL_COMPUTE
+            else:
+                cell[0] += sign * (spec.gpu_memory_mb or 0)
+                cell[1] += sign * (spec.gpu_compute_percent or 0)
+            is_whole = cell[0] >= gpus[i].memory_mb and cell[1] >= FULL_COMPUTE
+            self.free_whole[node] += int(is_whole) - int(was_whole)
+        self._dirty.add(node)
+
+    # -- team usage (decayed GPU-seconds for fair-share) -----------------------------------
+
+    def _accrue(self, team: str) -> None:
+        dt = self.now - self._team_clock[team]
+        if dt <= 0:
+            return
+        h = self.config.fairshare_half_life
+        decay = 2.0 ** (-dt / h)
+        self._team_usage[team] = self._team_usage[team] * decay + self._team_running[team] * (
+            h / LN2
+        ) * (1 - decay)
+        self._team_clock[team] = self.now
+
+    def _team_change(self, team: str, delta: float) -> None:
+        self._accrue(team)
+        self._team_running[team] += delta
+
+    # -- what a policy sees ------------------------------------------------------------------
+
+    def _pending_job(self, run: JobRun) -> PendingJob:
+        spec = run.spec
+        return PendingJob(
+            id=spec.id,
+            team=spec.team,
+            user=spec.user,
+            submitted_at=spec.submit,
+            time_limit=(spec.time_limit or spec.work) + run.overhead,
+            gpus=spec.gpus,
+            gpu_memory_mb=spec.gpu_memory_mb,
+            gpu_compute_percent=spec.gpu_compute_percent,
+            gpu_model=spec.gpu_model,
+            priority=spec.priority,
+            name=spec.name,
+            predicted_runtime=None if run.predicted is None else run.predicted + run.overhead,
+            attained_service=run.attained,
+        )
+
+    def node_states(self) -> tuple[NodeState, ...]:
+        for name in self._dirty:
+            old = self._nodes[name]
+            free = self._free[name]
+            self._nodes[name] = NodeState(
+                name=name,
+                gpus=tuple(
+                    GpuState(g.index, g.model, g.memory_mb, free[g.index][0], free[g.index][1])
+                    for g in old.gpus
+                ),
+                schedulable=old.schedulable,
+                labels=old.labels,
+            )
+        self._dirty.clear()
+        return tuple(self._nodes.values())
+
+    def teams(self) -> Mapping[str, TeamState]:
+        for team in self._team_usage:
+            self._accrue(team)
+        return MappingProxyType(
+            {t: TeamState(slug=t, decayed_usage=u) for t, u in self._team_usage.items()}
+        )
+
+    def snapshot(self) -> Snapshot:
+        return Snapshot(
+            now=self.now,
+            nodes=self.node_states(),
+            running=tuple(self.running.values()),
+            pending=tuple(self.pending.values()),
+            teams=self.teams(),
+            settings=self._settings,
+        )
+
+    def mark_unschedulable(self) -> int:
+        """End the jobs that can never start (nothing runs, nothing more arrives)."""
+        ids = list(self.pending)
+        for job_id in ids:
+            run = self.jobs[job_id]
+            run.state = "unschedulable"
+            del self.pending[job_id]
+        return len(ids)
