@@ -98,6 +98,8 @@ class RunningJob:
     predicted_runtime: float | None = None
     # Whether another requeue is allowed (attempts left under max_requeues).
     requeueable: bool = True
+    # Seconds of GPU work done by earlier attempts (least-attained-service adds this run).
+    attained_service: float = 0.0
 
     @property
     def is_fractional(self) -> bool:

@@ -244,6 +244,31 @@ class FreeCapacity:
         gang = self._best_gang(1, kinds)
         return gang
 
+    def best_fit_on(self, job: Any, node: str) -> Choice | None:
+        """Best fit restricted to one node (no shape cache: used while GPUs are unheld)."""
+        n = self._by_name.get(node)
+        if n is None or not n.schedulable:
+            return None
+        if job.gpus:
+            best: list[int] | None = None
+            for kind, positions in n.whole.items():
+                if len(positions) >= job.gpus and self._kind_ok(job, kind[0], kind[1]):
+                    if best is None or len(positions) < len(best):
+                        best = positions
+            if best is None:
+                return None
+            return n.name, tuple(n.gpus[p].index for p in best[: job.gpus])
+        mem, comp = _request(job)
+        pick: tuple[int, int] | None = None
+        for p, gpu in enumerate(n.gpus):
+            if not self._kind_ok(job, gpu.model, gpu.memory_mb):
+                continue
+            if n.comp[p] >= max(comp, 1) and n.mem[p] >= max(mem, 1):
+                rank = n.comp[p] + (FULL_COMPUTE if _is_whole(n.mem[p], n.comp[p], gpu) else 0)
+                if pick is None or rank < pick[0]:
+                    pick = (rank, p)
+        return None if pick is None else (n.name, (n.gpus[pick[1]].index,))
+
     def fits(self, job: Any, node: str, gpu_indices: tuple[int, ...]) -> bool:
         """Whether the job fits on exactly these GPUs now (constraints and free capacity)."""
         n = self._by_name.get(node)
@@ -394,6 +419,24 @@ class FreeCapacity:
                     n, p, min(gpu.memory_mb, n.mem[p] + mem), min(FULL_COMPUTE, n.comp[p] + comp)
                 )
         self._fails.clear()
+
+    def hold(self, node: str, gpu_index: int) -> tuple[int, int]:
+        """Book everything still free on a GPU (to keep it for a reservation or for a job
+        waiting on preemptions); returns the amount held, for `unhold`."""
+        n = self._by_name[node]
+        p = n.index_of[gpu_index]
+        amount = (n.mem[p], n.comp[p])
+        self._set(n, p, 0, 0)
+        return amount
+
+    def unhold(self, node: str, gpu_index: int, amount: tuple[int, int]) -> None:
+        """Give back a hold. Remembered failures stay, so the caller must hold again (or
+        book more) before relying on best_fit; best_fit_on ignores them."""
+        n = self._by_name[node]
+        p = n.index_of[gpu_index]
+        gpu = n.gpus[p]
+        mem = min(gpu.memory_mb, n.mem[p] + amount[0])
+        self._set(n, p, mem, min(FULL_COMPUTE, n.comp[p] + amount[1]))
 
     def _set(self, n: _Node, p: int, mem: int, comp: int) -> None:
         gpu = n.gpus[p]

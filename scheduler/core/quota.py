@@ -1,0 +1,98 @@
+"""Team and user GPU usage against quotas, counted in GPU equivalents.
+
+A team is guaranteed `guaranteed_gpus` (what preemption wins back for it) and may borrow
+idle capacity above that up to `hard_limit_gpus` (None: the whole fleet). Each user of a
+team may hold at most `user_gpu_cap` (None: no cap). Fractions count by their compute
+share, so four 25 % jobs weigh one GPU.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from scheduler.core.model import RunningJob, Snapshot, TeamState
+
+_EPS = 1e-9
+
+
+def _fmt(value: float) -> str:
+    return f"{value:g}" if value != int(value) else str(int(value))
+
+
+class QuotaLedger:
+    """Usage per team and per (team, user), updated as a policy places or ends jobs."""
+
+    def __init__(self, teams: Mapping[str, TeamState], running: Iterable[RunningJob]) -> None:
+        self.teams = teams
+        self.team_usage: dict[str, float] = {}
+        self.user_usage: dict[tuple[str, str], float] = {}
+        for job in running:
+            self.take(job)
+
+    @classmethod
+    def from_snapshot(cls, snapshot: Snapshot) -> QuotaLedger:
+        return cls(snapshot.teams, snapshot.running)
+
+    def team(self, slug: str) -> TeamState:
+        state = self.teams.get(slug)
+        return state if state is not None else TeamState(slug=slug)
+
+    def usage(self, team: str) -> float:
+        return self.team_usage.get(team, 0.0)
+
+    def user(self, team: str, user: str) -> float:
+        return self.user_usage.get((team, user), 0.0)
+
+    def take(self, job: Any) -> None:
+        amount = job.gpu_equivalent
+        self.team_usage[job.team] = self.team_usage.get(job.team, 0.0) + amount
+        key = (job.team, job.user)
+        self.user_usage[key] = self.user_usage.get(key, 0.0) + amount
+
+    def release(self, job: Any) -> None:
+        amount = job.gpu_equivalent
+        self.team_usage[job.team] = max(0.0, self.team_usage.get(job.team, 0.0) - amount)
+        key = (job.team, job.user)
+        self.user_usage[key] = max(0.0, self.user_usage.get(key, 0.0) - amount)
+
+    def check(self, job: Any) -> str | None:
+        """Why the job may not start under its team's hard limit or user cap, or None."""
+        team = self.teams.get(job.team)
+        if team is None:
+            return None
+        need = job.gpu_equivalent
+        if team.hard_limit_gpus is not None:
+            used = self.usage(job.team)
+            if used + need > team.hard_limit_gpus + _EPS:
+                return (
+                    f"team {job.team} uses {_fmt(used)} of its hard limit of "
+                    f"{team.hard_limit_gpus} GPUs; this job needs {_fmt(need)}"
+                )
+        if team.user_gpu_cap is not None:
+            used = self.user(job.team, job.user)
+            if used + need > team.user_gpu_cap + _EPS:
+                return (
+                    f"user {job.user} uses {_fmt(used)} of the per-user cap of "
+                    f"{team.user_gpu_cap} GPUs in team {job.team}; this job needs {_fmt(need)}"
+                )
+        return None
+
+    def within_guarantee(self, job: Any) -> bool:
+        """Whether the job's team stays within its guaranteed GPUs with this job added."""
+        team = self.team(job.team)
+        return self.usage(job.team) + job.gpu_equivalent <= team.guaranteed_gpus + _EPS
+
+    def borrowing(self, team: str) -> float:
+        """GPU equivalents the team uses above its guarantee (0 when within it)."""
+        return max(0.0, self.usage(team) - self.team(team).guaranteed_gpus)
+
+    def describe(self, team: str) -> str:
+        """'team vision uses 6 of its 8 guaranteed GPUs' (or its hard limit when it has none)."""
+        state = self.team(team)
+        used = _fmt(self.usage(team))
+        if state.guaranteed_gpus:
+            return f"team {team} uses {used} of its {state.guaranteed_gpus} guaranteed GPUs"
+        if state.hard_limit_gpus is not None:
+            return f"team {team} uses {used} of its hard limit of {state.hard_limit_gpus} GPUs"
+        return f"team {team} uses {used} GPUs"

@@ -1,0 +1,120 @@
+"""Where and when a job that does not fit now could start, from the ends of the jobs in
+the way: the shadow time of EASY backfill.
+
+Ends come from running jobs (time limit, or prediction when the policy says so) and from
+jobs placed earlier in the same cycle. With time limits the answer is a promise the
+fleet can keep, since a job is stopped at its limit; with predictions it is a guess.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+from typing import Any
+
+from scheduler.core.model import FULL_COMPUTE, RunningJob
+from scheduler.core.placement import FreeCapacity
+
+
+@dataclass(frozen=True, slots=True)
+class Occupant:
+    """Something holding GPU capacity until `end`: a running job or a fresh placement."""
+
+    end: float
+    node: str
+    gpu_indices: tuple[int, ...]
+    gpus: int
+    gpu_memory_mb: int | None = None
+    gpu_compute_percent: int | None = None
+
+
+def occupant_of(job: Any, node: str, gpu_indices: tuple[int, ...], end: float) -> Occupant:
+    return Occupant(end, node, gpu_indices, job.gpus, job.gpu_memory_mb, job.gpu_compute_percent)
+
+
+def running_occupants(running: tuple[RunningJob, ...], *, use_predictions: bool) -> list[Occupant]:
+    return [
+        occupant_of(r, r.node, r.gpu_indices, r.expected_end if use_predictions else r.limit_end)
+        for r in running
+    ]
+
+
+def earliest_start(
+    job: Any, cap: FreeCapacity, occupants: list[Occupant], now: float
+) -> tuple[str, float, tuple[int, ...]] | None:
+    """(node, start, gpu indices) where the job could start soonest, or None if never.
+
+    A GPU counts as free for a gang once every occupant on it has ended; a fraction needs
+    enough memory and compute left, releasing occupants in the order they end.
+    """
+    on_gpu: dict[tuple[str, int], list[Occupant]] = {}
+    for occ in occupants:
+        for idx in occ.gpu_indices:
+            on_gpu.setdefault((occ.node, idx), []).append(occ)
+    best: tuple[str, float, tuple[int, ...]] | None = None
+    for node in cap.node_names():
+        if not cap.is_schedulable(node):
+            continue
+        if job.gpus:
+            found = _gang_on_node(job, cap, node, on_gpu, now)
+        else:
+            found = _fraction_on_node(job, cap, node, on_gpu, now)
+        if found is not None and (best is None or found[0] < best[1]):
+            best = (node, found[0], found[1])
+    return best
+
+
+def _gang_on_node(
+    job: Any, cap: FreeCapacity, node: str, on_gpu: dict, now: float
+) -> tuple[float, tuple[int, ...]] | None:
+    by_kind: dict[tuple[str, int], list[tuple[float, int]]] = {}
+    for gpu in cap.node_gpus(node):
+        if not cap.eligible(job, node, gpu):
+            continue
+        mem, comp = cap.free_on(node, gpu.index)
+        if comp >= FULL_COMPUTE and mem >= gpu.memory_mb:
+            when = now
+        else:
+            occs = on_gpu.get((node, gpu.index), ())
+            freed_mem = mem + sum(_amount(o, gpu.memory_mb)[0] for o in occs)
+            freed_comp = comp + sum(_amount(o, gpu.memory_mb)[1] for o in occs)
+            whole = occs and freed_comp >= FULL_COMPUTE and freed_mem >= gpu.memory_mb
+            when = max(now, max(o.end for o in occs)) if whole else math.inf
+        by_kind.setdefault((gpu.model, gpu.memory_mb), []).append((when, gpu.index))
+    best: tuple[float, tuple[int, ...]] | None = None
+    for times in by_kind.values():
+        if len(times) < job.gpus:
+            continue
+        times.sort()
+        start = times[job.gpus - 1][0]
+        if start < math.inf and (best is None or start < best[0]):
+            best = (start, tuple(sorted(idx for _, idx in times[: job.gpus])))
+    return best
+
+
+def _fraction_on_node(
+    job: Any, cap: FreeCapacity, node: str, on_gpu: dict, now: float
+) -> tuple[float, tuple[int, ...]] | None:
+    need_mem, need_comp = max(job.gpu_memory_mb or 0, 1), max(job.gpu_compute_percent or 0, 1)
+    best: tuple[float, tuple[int, ...]] | None = None
+    for gpu in cap.node_gpus(node):
+        if not cap.eligible(job, node, gpu):
+            continue
+        mem, comp = cap.free_on(node, gpu.index)
+        when = now if (mem >= need_mem and comp >= need_comp) else math.inf
+        if when == math.inf:
+            for occ in sorted(on_gpu.get((node, gpu.index), ()), key=lambda o: o.end):
+                add_mem, add_comp = _amount(occ, gpu.memory_mb)
+                mem, comp = mem + add_mem, comp + add_comp
+                if mem >= need_mem and comp >= need_comp:
+                    when = max(now, occ.end)
+                    break
+        if when < math.inf and (best is None or when < best[0]):
+            best = (when, (gpu.index,))
+    return best
+
+
+def _amount(occ: Occupant, memory_mb: int) -> tuple[int, int]:
+    if occ.gpus:
+        return memory_mb, FULL_COMPUTE
+    return occ.gpu_memory_mb or 0, occ.gpu_compute_percent or 0

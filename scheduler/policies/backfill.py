@@ -1,0 +1,45 @@
+"""EASY backfill."""
+
+from __future__ import annotations
+
+from scheduler.core.model import PendingJob, Plan, Snapshot
+from scheduler.policies.base import Cycle
+from scheduler.policies.priority import priority_order
+
+
+class BackfillPolicy:
+    """EASY backfill: jobs go in priority order (settings "backfill_order": "priority",
+    the default, or "submit"); the first job that does not fit gets a reservation, the
+    node and time at which enough GPUs free up as running jobs reach their time limits
+    (or their predicted ends with settings "backfill_use_predictions"). A later job starts
+    only if it fits now and either ends (by its time limit) before the reservation or
+    stays off the reserved GPUs, so the reservation is never delayed.
+
+    Trade-off: keeps GPUs busy without starving the head job, but only the head is
+    protected (jobs behind it can be overtaken repeatedly), and it depends on time limits:
+    padded limits make backfill timid; predicted ends make reservations a guess.
+    """
+
+    name = "backfill"
+    blocking = False
+
+    def __init__(self, **params: object) -> None:
+        self.params = params
+
+    def order(self, snapshot: Snapshot) -> list[PendingJob]:
+        if snapshot.settings.get("backfill_order", "priority") == "submit":
+            return sorted(snapshot.pending, key=lambda j: (j.submitted_at, j.id))
+        return priority_order(snapshot)
+
+    def schedule(self, snapshot: Snapshot) -> Plan:
+        s = snapshot.settings
+        cycle = Cycle(
+            snapshot,
+            self.name,
+            reserve=True,
+            reserve_with_predictions=bool(s.get("backfill_use_predictions", False)),
+            preempt=bool(s.get("preemption", True)),
+        )
+        for job in self.order(snapshot):
+            cycle.consider(job)
+        return cycle.plan()

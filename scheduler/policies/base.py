@@ -1,0 +1,328 @@
+"""What the queue-ordering policies share: walk pending jobs in the policy's order, place
+each by best fit within quotas, and say why every other job waits.
+
+A policy is then mostly an order plus flags:
+
+- `blocking`: the first job that finds no room stops everything behind it (fcfs);
+- `reserve`: the first job that finds no room (or the first the predicate accepts) gets
+  a reservation, and later jobs may only use the reserved GPUs if they end before it
+  starts (EASY backfill);
+- `preempt`: a job that finds no room may preempt running jobs: a team within its
+  guarantee reclaims GPUs from borrowing teams (settings "preemption", default on), a
+  higher QoS preempts a lower one (settings "qos_preemption", default off), and the
+  policy may add its own rule (least attained service).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable
+from typing import Any
+
+from scheduler.core.admission import admission_error
+from scheduler.core.explain import why_waiting
+from scheduler.core.model import (
+    PendingJob,
+    Place,
+    Plan,
+    Preempt,
+    Reserve,
+    RunningJob,
+    Snapshot,
+    Wait,
+)
+from scheduler.core.placement import Choice, FreeCapacity
+from scheduler.core.preemption import choose_victims, qos_rank
+from scheduler.core.quota import QuotaLedger
+from scheduler.core.reservation import earliest_start, occupant_of, running_occupants
+
+VictimRule = Callable[[PendingJob, RunningJob], str | None]
+
+
+def duration(seconds: float) -> str:
+    """'2h 05m', '45m', '30s': short enough for a reason sentence."""
+    seconds = max(0, int(round(seconds)))
+    if seconds >= 86400:
+        return f"{seconds // 86400}d {seconds % 86400 // 3600}h"
+    if seconds >= 3600:
+        return f"{seconds // 3600}h {seconds % 3600 // 60:02d}m"
+    if seconds >= 60:
+        return f"{seconds // 60}m"
+    return f"{seconds}s"
+
+
+class _Held:
+    """A reservation, with the free parts of its GPUs booked so long jobs go elsewhere."""
+
+    def __init__(self, job_id: int, node: str, start: float, gpu_indices: tuple[int, ...]):
+        self.job_id, self.node, self.start, self.gpu_indices = job_id, node, start, gpu_indices
+        self.amounts: dict[int, tuple[int, int]] = {}
+
+    def hold(self, cap: FreeCapacity) -> None:
+        self.amounts = {i: cap.hold(self.node, i) for i in self.gpu_indices}
+
+    def fit_inside(self, cap: FreeCapacity, job: Any) -> Choice | None:
+        """Place a job that ends before the reservation on the reserved node (GPUs included)."""
+        for i, amount in self.amounts.items():
+            cap.unhold(self.node, i, amount)
+        choice = cap.best_fit_on(job, self.node)
+        if choice is not None:
+            cap.take(job, *choice)
+        self.hold(cap)
+        return choice
+
+
+class Cycle:
+    """One scheduling cycle over a snapshot; call `consider` per job in order, then `plan`."""
+
+    def __init__(
+        self,
+        snapshot: Snapshot,
+        policy: str,
+        *,
+        blocking: bool = False,
+        reserve: bool | Callable[[PendingJob], bool] = False,
+        reserve_with_predictions: bool = False,
+        preempt: bool = True,
+        victim_rule: VictimRule | None = None,
+        rule_key: Callable[[PendingJob], Any] | None = None,
+    ) -> None:
+        self.snapshot = snapshot
+        self.now = snapshot.now
+        self.policy = policy
+        self.settings = snapshot.settings
+        self.cap = FreeCapacity.from_snapshot(snapshot)
+        self.quota = QuotaLedger.from_snapshot(snapshot)
+        self.blocking = blocking
+        self.reserve_rule = reserve
+        self.reserve_with_predictions = reserve_with_predictions
+        self.preempt = preempt
+        self.victim_rule = victim_rule
+        # What, beyond shape, team and QoS, decides which victims victim_rule allows.
+        self.rule_key = rule_key
+        self.places: list[Place] = []
+        self.preempts: list[Preempt] = []
+        self.reserves: list[Reserve] = []
+        self.notes: list[str] = []
+        self.order: list[int] = []
+        self._seen: set[int] = set()
+        self._waits: dict[int, tuple[PendingJob, str, Any]] = {}
+        self._placed: list = []
+        self._preempted: set[int] = set()
+        self._reservation: _Held | None = None
+        self._blocked_by: int | None = None
+        self._preempt_fails: set[tuple[Any, ...]] = set()
+        self._preemptible = [r for r in snapshot.running if r.preemptible]
+
+    # -- walking the queue -------------------------------------------------------------
+
+    def consider(self, job: PendingJob) -> bool:
+        """Try to start the job now; True when placed. Records its wait otherwise."""
+        if job.id in self._seen:
+            return False
+        self._seen.add(job.id)
+        self.order.append(job.id)
+        if self._blocked_by is not None:
+            self._waits[job.id] = (job, "blocked", self._blocked_by)
+            return False
+        limit = self.quota.check(job)
+        if limit is not None:
+            self._waits[job.id] = (job, "quota", limit)
+            return False
+        choice = self.cap.best_fit(job)
+        held = self._reservation
+        if choice is None and held is not None and self.now + job.time_limit <= held.start:
+            choice = held.fit_inside(self.cap, job)
+            if choice is not None:
+                self._book(job, choice, f"backfilled: ends before job {held.job_id}'s reservation")
+                return True
+        if choice is not None:
+            reason = f"backfilled beside job {held.job_id}'s reservation" if held else ""
+            self.cap.take(job, *choice)
+            self._book(job, choice, reason)
+            return True
+        self._on_no_room(job)
+        return False
+
+    def _book(self, job: PendingJob, choice: Choice, reason: str) -> None:
+        node, indices = choice
+        self.quota.take(job)
+        self.places.append(Place(job.id, node, indices, reason))
+        self._placed.append(occupant_of(job, node, indices, self.now + job.time_limit))
+
+    def _on_no_room(self, job: PendingJob) -> None:
+        self._waits[job.id] = (job, "resources", None)
+        if self.preempt and self.try_preempt(job):
+            pass
+        elif self._reservation is None and self._wants_reservation(job):
+            self.reserve(job)
+        if self.blocking:
+            self._blocked_by = job.id
+
+    def _wants_reservation(self, job: PendingJob) -> bool:
+        rule = self.reserve_rule
+        return rule(job) if callable(rule) else bool(rule)
+
+    def wait(self, job: PendingJob, reason: str) -> None:
+        """Record a job the policy holds back for its own reason."""
+        if job.id not in self._seen:
+            self._seen.add(job.id)
+            self.order.append(job.id)
+        self._waits[job.id] = (job, "text", reason)
+
+    # -- reservations and preemption ------------------------------------------------------
+
+    def reserve(self, job: PendingJob) -> Reserve | None:
+        """Reserve the earliest start for the job (EASY's shadow time), holding its GPUs."""
+        occupants = running_occupants(
+            self.snapshot.running, use_predictions=self.reserve_with_predictions
+        )
+        found = earliest_start(job, self.cap, occupants + self._placed, self.now)
+        if found is None:
+            return None
+        node, start, indices = found
+        reservation = Reserve(job.id, node, start, indices)
+        self.reserves.append(reservation)
+        self._reservation = _Held(job.id, node, start, indices)
+        self._reservation.hold(self.cap)
+        self._waits[job.id] = (job, "reserved", reservation)
+        return reservation
+
+    def _victim_reason(self, job: PendingJob, victim: RunningJob) -> str | None:
+        if not victim.preemptible or victim.id in self._preempted:
+            return None
+        if (
+            self.settings.get("preemption", True)
+            and victim.team != job.team
+            and self.quota.within_guarantee(job)
+            and self.quota.borrowing(victim.team) > 0
+        ):
+            return f"team {job.team} reclaims its guaranteed GPUs from borrowing team {victim.team}"
+        if self.settings.get("qos_preemption", False):
+            if qos_rank(job.qos, self.settings) > qos_rank(victim.qos, self.settings):
+                return f"QoS {job.qos} preempts QoS {victim.qos}"
+        if self.victim_rule is not None:
+            return self.victim_rule(job, victim)
+        return None
+
+    def try_preempt(self, job: PendingJob) -> bool:
+        """Preempt the cheapest allowed victims so the job fits in a later cycle.
+
+        At most settings["max_preemptions_per_cycle"] (default 32) victims per cycle, so a
+        burst of small jobs cannot evict the whole fleet at once; a request shape that
+        found no victims is not searched again in the same cycle.
+        """
+        if len(self.preempts) >= int(self.settings.get("max_preemptions_per_cycle", 32)):
+            return False
+        reclaim = (
+            bool(self.settings.get("preemption", True))
+            and self.quota.within_guarantee(job)
+            and any(self.quota.borrowing(t) > 0 for t in self.quota.team_usage)
+        )
+        qos = bool(self.settings.get("qos_preemption", False))
+        if not (reclaim or qos or self.victim_rule is not None):
+            return False
+        key = (
+            FreeCapacity._shape(job),
+            job.team,
+            job.qos,
+            reclaim,
+            self.rule_key(job) if self.rule_key else None,
+        )
+        if key in self._preempt_fails:
+            return False
+        reasons: dict[int, str] = {}
+        for victim in self._preemptible:
+            why = self._victim_reason(job, victim)
+            if why is not None:
+                reasons[victim.id] = why
+        if not reasons:
+            return False
+        allowed = [r for r in self._preemptible if r.id in reasons]
+        victims = choose_victims(job, self.cap, allowed, self.now) if allowed else None
+        if victims is None:
+            self._preempt_fails.add(key)
+            return False
+        for victim in victims.jobs:
+            self._preempted.add(victim.id)
+            reason = f"preempted for job {job.id}: {reasons[victim.id]}"
+            self.preempts.append(Preempt(victim.id, reason, requeue=victim.requeueable))
+        for index in victims.gpu_indices:
+            self.cap.hold(victims.node, index)
+        self.quota.take(job)
+        self._waits[job.id] = (job, "preempting", victims)
+        return True
+
+    # -- the plan ---------------------------------------------------------------------------
+
+    def plan(self, extra_notes: Iterable[str] = ()) -> Plan:
+        """The decisions, with a Wait for every pending job not placed."""
+        placed = {p.job_id for p in self.places}
+        for job in self.snapshot.pending:
+            if job.id not in self._seen and job.id not in placed:
+                self.wait(job, f"not considered by policy {self.policy}")
+        reasons: dict[tuple[Any, ...], str] = {}
+        waits = []
+        for job_id in self.order:
+            if job_id in placed:
+                continue
+            job, kind, detail = self._waits[job_id]
+            waits.append(self._wait_for(job, kind, detail, reasons))
+        return Plan(
+            policy=self.policy,
+            places=tuple(self.places),
+            preempts=tuple(self.preempts),
+            reserves=tuple(self.reserves),
+            waits=tuple(waits),
+            order=tuple(self.order),
+            notes=tuple(self.notes) + tuple(extra_notes),
+        )
+
+    def _room(self, job: PendingJob, cache: dict[tuple[Any, ...], str]) -> str:
+        key = (FreeCapacity._shape(job), job.team)
+        text = cache.get(key)
+        if text is None:
+            team = self.snapshot.teams.get(job.team)
+            text = admission_error(job, self.snapshot.nodes, team)
+            if text is not None:
+                text = f"can never start: {text}"
+            else:
+                text = why_waiting(job, self.cap, self.snapshot, self.quota)
+            cache[key] = text
+        return text
+
+    def _wait_for(self, job: PendingJob, kind: str, detail: Any, cache: dict) -> Wait:
+        if kind in ("quota", "text"):
+            return Wait(job.id, detail)
+        if kind == "blocked":
+            return Wait(job.id, f"queued behind job {detail}, which does not fit yet")
+        if kind == "reserved":
+            gpus = ", ".join(str(i) for i in detail.gpu_indices)
+            text = (
+                f"first in line: GPUs {gpus} on {detail.node} are reserved for it, "
+                f"expected to start in {duration(detail.start - self.now)}"
+            )
+            return Wait(job.id, text, eta=detail.start)
+        if kind == "preempting":
+            count = len(detail.jobs)
+            noun = "job" if count == 1 else "jobs"
+            return Wait(
+                job.id, f"waiting for {count} preempted {noun} to release GPUs on {detail.node}"
+            )
+        text = self._room(job, cache)
+        held = self._reservation
+        if held is not None and job.id != held.job_id and not text.startswith("can never"):
+            text += (
+                f"; GPUs on {held.node} are reserved for job {held.job_id} from "
+                f"{duration(held.start - self.now)} from now"
+            )
+        return Wait(job.id, text)
+
+
+def run_ordered(
+    snapshot: Snapshot, policy: str, ordered: Iterable[PendingJob], **flags: Any
+) -> Plan:
+    """Consider the jobs in this order with the given Cycle flags and return the plan."""
+    cycle = Cycle(snapshot, policy, **flags)
+    for job in ordered:
+        cycle.consider(job)
+    return cycle.plan()

@@ -1,0 +1,149 @@
+"""Multifactor priority, after Slurm's priority/multifactor plugin.
+
+score = w_age * age + w_fairshare * fairshare + w_team * team + w_qos * qos
+        + w_size * size + w_job * job.priority
+
+Each factor except the last lies in [0, 1]:
+
+- age: time waited, capped at `priority_max_age` seconds (default 7 days), over that cap;
+- fairshare: 2 ** (-U / S), with U the team's share of all decayed usage and S its share
+  of all fair-share weights (1 for a team that used nothing, 0.5 at exactly its share);
+- team: the team's priority weight over the largest team priority weight;
+- qos: the QoS rank (settings "qos_ranks", default low 0, normal 1, high 2) over the top
+  rank;
+- size: GPU equivalents over the largest node's GPU count; with
+  `priority_favor_small` it is one minus that;
+- job.priority is added as is, times `priority_weight_job` (a nice value in points).
+
+Settings keys and defaults: priority_weight_age 1000, priority_weight_fairshare 1000,
+priority_weight_team 1000, priority_weight_qos 1000, priority_weight_size 100,
+priority_weight_job 1, priority_max_age 604800, priority_favor_small False,
+priority_reservation True, priority_reservation_after 0.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from scheduler.core.model import PendingJob, Plan, Snapshot
+from scheduler.core.preemption import QOS_RANKS_DEFAULT
+from scheduler.policies.base import Cycle
+
+DEFAULTS: Mapping[str, Any] = {
+    "priority_weight_age": 1000.0,
+    "priority_weight_fairshare": 1000.0,
+    "priority_weight_team": 1000.0,
+    "priority_weight_qos": 1000.0,
+    "priority_weight_size": 100.0,
+    "priority_weight_job": 1.0,
+    "priority_max_age": 7 * 86400.0,
+    "priority_favor_small": False,
+    "priority_reservation": True,
+    "priority_reservation_after": 0.0,
+}
+
+
+def setting(settings: Mapping[str, Any], key: str) -> Any:
+    value = settings.get(key)
+    return DEFAULTS[key] if value is None else value
+
+
+def fairshare_factors(snapshot: Snapshot) -> dict[str, float]:
+    """2 ** (-usage share / weight share) per team known to the snapshot or the queue."""
+    teams = set(snapshot.teams) | {j.team for j in snapshot.pending}
+    usage = {t: (snapshot.teams[t].decayed_usage if t in snapshot.teams else 0.0) for t in teams}
+    weight = {
+        t: (snapshot.teams[t].fairshare_weight if t in snapshot.teams else 1.0) for t in teams
+    }
+    total_usage = sum(usage.values())
+    total_weight = sum(w for w in weight.values() if w > 0) or 1.0
+    out = {}
+    for team in teams:
+        share = weight[team] / total_weight
+        used = usage[team] / total_usage if total_usage > 0 else 0.0
+        out[team] = 2.0 ** (-used / share) if share > 0 else 0.0
+    return out
+
+
+def priority_scores(snapshot: Snapshot) -> dict[int, float]:
+    """The multifactor score of every pending job (higher runs first)."""
+    s = snapshot.settings
+    w_age = float(setting(s, "priority_weight_age"))
+    w_fs = float(setting(s, "priority_weight_fairshare"))
+    w_team = float(setting(s, "priority_weight_team"))
+    w_qos = float(setting(s, "priority_weight_qos"))
+    w_size = float(setting(s, "priority_weight_size"))
+    w_job = float(setting(s, "priority_weight_job"))
+    max_age = max(float(setting(s, "priority_max_age")), 1.0)
+    favor_small = bool(setting(s, "priority_favor_small"))
+    ranks = s.get("qos_ranks") or QOS_RANKS_DEFAULT
+    top_rank = max(max(ranks.values()), 1)
+    team_weights = {t: ts.priority_weight for t, ts in snapshot.teams.items()}
+    top_team = max([1e-9, *team_weights.values()])
+    largest_node = max([1, *(len(n.gpus) for n in snapshot.nodes)])
+    fairshare = fairshare_factors(snapshot)
+    now = snapshot.now
+    scores = {}
+    for job in snapshot.pending:
+        age = min(max(now - job.submitted_at, 0.0), max_age) / max_age
+        size = min(job.gpu_equivalent / largest_node, 1.0)
+        if favor_small:
+            size = 1.0 - size
+        qos = ranks.get(job.qos, ranks.get("normal", 0)) / top_rank
+        team = team_weights.get(job.team, 1.0) / top_team
+        scores[job.id] = (
+            w_age * age
+            + w_fs * fairshare[job.team]
+            + w_team * team
+            + w_qos * qos
+            + w_size * size
+            + w_job * job.priority
+        )
+    return scores
+
+
+def priority_order(snapshot: Snapshot) -> list[PendingJob]:
+    scores = priority_scores(snapshot)
+    return sorted(snapshot.pending, key=lambda j: (-scores[j.id], j.submitted_at, j.id))
+
+
+class PriorityPolicy:
+    """Highest multifactor score first; any job that fits starts.
+
+    Trade-off: admins can express what matters (waiting time, fair share, team, QoS, size)
+    and the fleet stays busy since smaller jobs fill gaps. That gap-filling could starve a
+    large job forever, so by default (settings "priority_reservation") the highest-priority
+    job that does not fit, once it has waited "priority_reservation_after" seconds, gets a
+    reservation as in backfill, and later jobs may not delay it.
+    """
+
+    name = "priority"
+    blocking = False
+
+    def __init__(self, **params: object) -> None:
+        self.params = params
+
+    def order(self, snapshot: Snapshot) -> list[PendingJob]:
+        return priority_order(snapshot)
+
+    def schedule(self, snapshot: Snapshot) -> Plan:
+        s = snapshot.settings
+        after = float(setting(s, "priority_reservation_after"))
+        reserve: Any = False
+        if setting(s, "priority_reservation"):
+            now = snapshot.now
+
+            def reserve(job: PendingJob) -> bool:
+                return now - job.submitted_at >= after
+
+        cycle = Cycle(
+            snapshot,
+            self.name,
+            reserve=reserve,
+            reserve_with_predictions=bool(s.get("backfill_use_predictions", False)),
+            preempt=bool(s.get("preemption", True)),
+        )
+        for job in self.order(snapshot):
+            cycle.consider(job)
+        return cycle.plan()
