@@ -19,7 +19,6 @@ from __future__ import annotations
 import logging
 import signal
 import threading
-import time
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -64,13 +63,14 @@ class Supervisor:
         executor: Executor,
         report: Callable[[dict[str, Any]], None],
         *,
-        clock: Callable[[], float] = time.time,
+        clock: Callable[[], float] | None = None,
         gpu_backend: Any = None,
         memory_margin: float = DEFAULT_MEMORY_MARGIN,
     ) -> None:
         self.executor = executor
         self.report = report
-        self.clock = clock
+        # Time limits count from the executor's start times, so both read the same clock.
+        self.clock = clock or executor.clock
         self.gpu_backend = gpu_backend if gpu_backend is not None else executor.gpu_backend
         self.memory_margin = memory_margin
         self._stops: dict[JobKey, _Stop] = {}
