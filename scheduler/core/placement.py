@@ -24,90 +24,18 @@ from __future__ import annotations
 from bisect import insort
 from typing import Any
 
+from scheduler.core._capacity_index import (
+    Kind,
+    _is_partial,
+    _is_whole,
+    _KindIndex,
+    _lowest_bit,
+    _Node,
+    _request,
+)
 from scheduler.core.model import FULL_COMPUTE, GpuState, NodeState, Snapshot
 
-Kind = tuple[str, int]
 Choice = tuple[str, tuple[int, ...]]
-
-
-def _lowest_bit(mask: int) -> int:
-    return (mask & -mask).bit_length() - 1
-
-
-class _Node:
-    __slots__ = (
-        "name",
-        "pos",
-        "schedulable",
-        "gpus",
-        "index_of",
-        "kind_of",
-        "mem",
-        "comp",
-        "whole",
-    )
-
-    def __init__(self, state: NodeState, pos: int) -> None:
-        self.name = state.name
-        self.pos = pos
-        self.schedulable = state.schedulable
-        self.gpus: tuple[GpuState, ...] = state.gpus
-        self.index_of = {g.index: p for p, g in enumerate(state.gpus)}
-        self.kind_of: list[Kind] = [(g.model, g.memory_mb) for g in state.gpus]
-        self.mem = [max(0, min(g.free_memory_mb, g.memory_mb)) for g in state.gpus]
-        self.comp = [max(0, min(g.free_compute_percent, FULL_COMPUTE)) for g in state.gpus]
-        # Positions of wholly free GPUs per kind, ascending.
-        self.whole: dict[Kind, list[int]] = {}
-
-
-class _KindIndex:
-    __slots__ = ("model", "memory_mb", "buckets", "bmask", "partial", "pmask", "whole_total")
-
-    def __init__(self, model: str, memory_mb: int, max_per_node: int) -> None:
-        self.model = model
-        self.memory_mb = memory_mb
-        # buckets[c]: nodes (by position, insertion-ordered) with exactly c wholly free GPUs.
-        self.buckets: list[dict[int, None]] = [{} for _ in range(max_per_node + 1)]
-        self.bmask = 0
-        # partial[c]: (node position, gpu position) of partly used GPUs with c % compute free.
-        self.partial: list[dict[tuple[int, int], None]] = [{} for _ in range(FULL_COMPUTE + 1)]
-        self.pmask = 0
-        self.whole_total = 0
-
-    def bucket_add(self, count: int, node_pos: int) -> None:
-        if count:
-            self.buckets[count][node_pos] = None
-            self.bmask |= 1 << count
-
-    def bucket_remove(self, count: int, node_pos: int) -> None:
-        if count:
-            bucket = self.buckets[count]
-            del bucket[node_pos]
-            if not bucket:
-                self.bmask &= ~(1 << count)
-
-    def partial_add(self, comp: int, key: tuple[int, int]) -> None:
-        self.partial[comp][key] = None
-        self.pmask |= 1 << comp
-
-    def partial_remove(self, comp: int, key: tuple[int, int]) -> None:
-        bucket = self.partial[comp]
-        del bucket[key]
-        if not bucket:
-            self.pmask &= ~(1 << comp)
-
-
-def _is_whole(mem: int, comp: int, gpu: GpuState) -> bool:
-    return comp >= FULL_COMPUTE and mem >= gpu.memory_mb
-
-
-def _is_partial(mem: int, comp: int, gpu: GpuState) -> bool:
-    return comp > 0 and mem > 0 and not _is_whole(mem, comp, gpu)
-
-
-def _request(job: Any) -> tuple[int, int]:
-    """(memory MB, compute %) a fractional job takes from its GPU."""
-    return int(job.gpu_memory_mb or 0), int(job.gpu_compute_percent or 0)
 
 
 class FreeCapacity:
@@ -177,7 +105,8 @@ class FreeCapacity:
         return kinds
 
     @staticmethod
-    def _shape(job: Any) -> tuple[Any, ...]:
+    def shape(job: Any) -> tuple[Any, ...]:
+        """What decides where a job may go: its GPU count or fraction, and its constraints."""
         if job.gpus:
             return (job.gpus, job.gpu_model, job.min_gpu_memory_mb)
         return (0, job.gpu_model, job.min_gpu_memory_mb, job.gpu_memory_mb, job.gpu_compute_percent)
@@ -192,7 +121,7 @@ class FreeCapacity:
         least free compute that still takes them, and only then start a free GPU (on the
         node with the fewest free GPUs).
         """
-        shape = self._shape(job)
+        shape = self.shape(job)
         if shape in self._fails:
             return None
         kinds = self._eligible_kinds(job)
@@ -366,6 +295,13 @@ class FreeCapacity:
                     if best is None or (value, node.mem[p]) > (best[1], best[0]):
                         best = (node.mem[p], value, node.name, node.gpus[p].index)
         return best
+
+    def shapes_that_fit(self, jobs: Any) -> set[tuple[Any, ...]]:
+        """Request shapes among `jobs` that fit somewhere now (one best_fit per shape)."""
+        seen: dict[tuple[Any, ...], Any] = {}
+        for job in jobs:
+            seen.setdefault(self.shape(job), job)
+        return {shape for shape, job in seen.items() if self.best_fit(job) is not None}
 
     def free_gpus_total(self) -> int:
         """Wholly free GPUs on schedulable nodes."""
