@@ -1,0 +1,180 @@
+"""/api/v1/jobs/: submit, list, inspect and act on jobs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import django_filters
+from django.db.models import QuerySet
+from drf_spectacular.utils import extend_schema
+from rest_framework import serializers, status
+from rest_framework.generics import GenericAPIView
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from fleet.models import Job, JobEvent, JobState
+from fleet.models.jobs import PRIORITY_MAX, PRIORITY_MIN, Qos
+from fleet.selectors.jobs import job_events, job_get, job_list
+from fleet.services import jobs as job_services
+from fleet.services.access import can_manage_job, can_see_command
+
+
+class JobOutputSerializer(serializers.ModelSerializer):
+    owner = serializers.CharField(source="owner.username")
+    team = serializers.CharField(source="team.slug")
+    node = serializers.CharField(source="node.name", allow_null=True, default=None)
+    pending_reason = serializers.SerializerMethodField()
+    command = serializers.SerializerMethodField()
+    env = serializers.SerializerMethodField()
+    workdir = serializers.SerializerMethodField()
+    can_manage = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Job
+        fields = [
+            "id", "name", "owner", "team", "state", "state_reason", "pending_reason",
+            "attempt", "requeues", "gpus", "gpu_memory_mb", "gpu_compute_percent",
+            "gpu_model", "min_gpu_memory_mb", "time_limit", "priority", "qos", "preemptible",
+            "max_requeues", "node", "gpu_indices", "exit_code", "submitted_at", "assigned_at",
+            "started_at", "finished_at", "queue_position", "eta", "command", "env", "workdir",
+            "can_manage",
+        ]  # fmt: skip
+
+    def _user(self) -> Any:
+        return self.context["request"].user
+
+    def get_pending_reason(self, job: Job) -> str | None:
+        return job.state_reason if job.state == JobState.PENDING else None
+
+    def get_command(self, job: Job) -> str | None:
+        return job.command if can_see_command(self._user(), job) else None
+
+    def get_env(self, job: Job) -> dict[str, str] | None:
+        return job.env if can_manage_job(self._user(), job) else None
+
+    def get_workdir(self, job: Job) -> str | None:
+        return job.workdir if can_see_command(self._user(), job) else None
+
+    def get_can_manage(self, job: Job) -> bool:
+        return can_manage_job(self._user(), job)
+
+
+class JobFilter(django_filters.FilterSet):
+    state = django_filters.MultipleChoiceFilter(choices=JobState.choices)
+    team = django_filters.CharFilter(field_name="team__slug")
+    owner = django_filters.CharFilter(field_name="owner__username")
+    mine = django_filters.CharFilter(method="filter_mine", help_text="1: only your own jobs.")
+
+    class Meta:
+        model = Job
+        fields = ["state", "team", "owner", "mine"]
+
+    def filter_mine(self, queryset: QuerySet[Job], name: str, value: str) -> QuerySet[Job]:
+        if value.strip().lower() in {"1", "true", "yes", "on"}:
+            return queryset.filter(owner=self.request.user)
+        return queryset
+
+
+class JobListApi(GenericAPIView):
+    filterset_class = JobFilter
+    ordering_fields = ["id", "submitted_at", "priority", "state", "started_at", "finished_at"]
+    ordering = ["-id"]
+    serializer_class = JobOutputSerializer
+
+    class InputSerializer(serializers.Serializer):
+        class Meta:
+            ref_name = "JobSubmitInput"
+
+        name = serializers.CharField(max_length=200)
+        command = serializers.CharField(trim_whitespace=False)
+        team = serializers.CharField(
+            required=False, help_text="Team slug; default: your default team."
+        )
+        env = serializers.DictField(child=serializers.CharField(allow_blank=True), required=False)
+        workdir = serializers.CharField(required=False, allow_blank=True, max_length=1000)
+        gpus = serializers.IntegerField(required=False, min_value=0, max_value=1024)
+        gpu_memory_mb = serializers.IntegerField(required=False, min_value=1)
+        gpu_compute_percent = serializers.IntegerField(required=False, min_value=1, max_value=100)
+        gpu_model = serializers.CharField(required=False, allow_blank=True, max_length=100)
+        min_gpu_memory_mb = serializers.IntegerField(required=False, min_value=1)
+        time_limit = serializers.IntegerField(required=False, min_value=1, help_text="Seconds.")
+        priority = serializers.IntegerField(
+            required=False, min_value=PRIORITY_MIN, max_value=PRIORITY_MAX
+        )
+        qos = serializers.ChoiceField(choices=Qos.choices, required=False)
+        preemptible = serializers.BooleanField(required=False)
+        max_requeues = serializers.IntegerField(required=False, min_value=0, max_value=100)
+
+    def get_queryset(self) -> QuerySet[Job]:
+        return job_list(fetched_by=self.request.user)
+
+    @extend_schema(responses=JobOutputSerializer(many=True))
+    def get(self, request: Request) -> Response:
+        queryset = self.filter_queryset(self.get_queryset())
+        page = self.paginate_queryset(queryset)
+        data = JobOutputSerializer(page, many=True, context={"request": request}).data
+        return self.get_paginated_response(data)
+
+    @extend_schema(request=InputSerializer, responses={201: JobOutputSerializer})
+    def post(self, request: Request) -> Response:
+        serializer = self.InputSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        job = job_services.job_submit(
+            user=request.user, request=job_services.JobRequest(**serializer.validated_data)
+        )
+        data = JobOutputSerializer(job, context={"request": request}).data
+        return Response(data, status=status.HTTP_201_CREATED)
+
+
+class JobDetailApi(APIView):
+    @extend_schema(responses=JobOutputSerializer)
+    def get(self, request: Request, job_id: int) -> Response:
+        job = job_get(job_id=job_id, fetched_by=request.user)
+        return Response(JobOutputSerializer(job, context={"request": request}).data)
+
+
+class _JobActionApi(APIView):
+    action_name = ""
+
+    class InputSerializer(serializers.Serializer):
+        class Meta:
+            ref_name = "JobActionInput"
+
+        reason = serializers.CharField(required=False, allow_blank=True, max_length=500)
+
+    def post(self, request: Request, job_id: int) -> Response:
+        serializer = self.InputSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        job = job_get(job_id=job_id, fetched_by=request.user)
+        action = getattr(job_services, f"job_{self.action_name}")
+        job = action(user=request.user, job=job, reason=serializer.validated_data.get("reason", ""))
+        return Response(JobOutputSerializer(job, context={"request": request}).data)
+
+
+def _action_api(name: str) -> type[APIView]:
+    view = type(f"Job{name.title()}Api", (_JobActionApi,), {"action_name": name})
+    return extend_schema(
+        request=_JobActionApi.InputSerializer,
+        responses=JobOutputSerializer,
+        summary=f"{name.title()} a job (owner, team admins, staff).",
+    )(view)
+
+
+JobCancelApi = _action_api("cancel")
+JobHoldApi = _action_api("hold")
+JobReleaseApi = _action_api("release")
+JobRequeueApi = _action_api("requeue")
+
+
+class JobEventsApi(APIView):
+    class OutputSerializer(serializers.ModelSerializer):
+        class Meta:
+            model = JobEvent
+            ref_name = "JobEvent"
+            fields = ["id", "at", "from_state", "to_state", "attempt", "reason", "actor_kind", "actor", "applied"]  # fmt: skip
+
+    @extend_schema(responses=OutputSerializer(many=True))
+    def get(self, request: Request, job_id: int) -> Response:
+        job = job_get(job_id=job_id, fetched_by=request.user)
+        return Response(self.OutputSerializer(job_events(job=job), many=True).data)

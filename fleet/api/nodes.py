@@ -1,0 +1,94 @@
+"""/api/v1/nodes/: the fleet's hosts and GPUs; drain and resume for staff."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from drf_spectacular.utils import extend_schema
+from rest_framework import serializers
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from fleet.api.permissions import IsStaff
+from fleet.models import Gpu, Node
+from fleet.selectors.nodes import gpu_jobs, node_get, node_list
+from fleet.services.nodes import node_drain, node_resume
+
+
+class GpuOutputSerializer(serializers.ModelSerializer):
+    jobs = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Gpu
+        fields = ["index", "uuid", "model", "memory_mb", "jobs"]
+
+    def get_jobs(self, gpu: Gpu) -> list[dict[str, Any]]:
+        holders = self.context.get("holders", {}).get((gpu.node_id, gpu.index), [])
+        return [
+            {"id": j.pk, "name": j.name, "owner": j.owner.username, "team": j.team.slug}
+            for j in holders
+        ]
+
+
+class NodeOutputSerializer(serializers.ModelSerializer):
+    gpus = GpuOutputSerializer(many=True)
+    simulated = serializers.SerializerMethodField()
+
+    class Meta:
+        model = Node
+        fields = [
+            "name", "state", "state_reason", "last_heartbeat", "labels", "agent_version",
+            "gpu_backend", "simulated", "gpus",
+        ]  # fmt: skip
+
+    def get_simulated(self, node: Node) -> bool:
+        return node.gpu_backend == "simulated"
+
+
+def _render(nodes: list[Node], many: bool) -> Any:
+    holders = gpu_jobs(nodes)
+    data = NodeOutputSerializer(nodes, many=True, context={"holders": holders}).data
+    return data if many else data[0]
+
+
+class NodeListApi(APIView):
+    @extend_schema(responses=NodeOutputSerializer(many=True))
+    def get(self, request: Request) -> Response:
+        return Response(_render(list(node_list()), many=True))
+
+
+class NodeDetailApi(APIView):
+    @extend_schema(responses=NodeOutputSerializer)
+    def get(self, request: Request, name: str) -> Response:
+        return Response(_render([node_get(name=name)], many=False))
+
+
+class NodeDrainApi(APIView):
+    permission_classes = [IsStaff]
+
+    class InputSerializer(serializers.Serializer):
+        class Meta:
+            ref_name = "NodeDrainInput"
+
+        reason = serializers.CharField(required=False, allow_blank=True, max_length=500)
+
+    @extend_schema(request=InputSerializer, responses=NodeOutputSerializer)
+    def post(self, request: Request, name: str) -> Response:
+        serializer = self.InputSerializer(data=request.data)
+        serializer.is_valid(raise_exception=True)
+        node = node_drain(
+            node=node_get(name=name),
+            user=request.user,
+            reason=serializer.validated_data.get("reason", ""),
+        )
+        return Response(_render([node], many=False))
+
+
+class NodeResumeApi(APIView):
+    permission_classes = [IsStaff]
+
+    @extend_schema(request=None, responses=NodeOutputSerializer)
+    def post(self, request: Request, name: str) -> Response:
+        node = node_resume(node=node_get(name=name), user=request.user)
+        return Response(_render([node], many=False))

@@ -1,0 +1,59 @@
+"""/api/v1/teams/: quotas and weights (staff edit them)."""
+
+from __future__ import annotations
+
+from drf_spectacular.utils import extend_schema
+from rest_framework import serializers
+from rest_framework.request import Request
+from rest_framework.response import Response
+from rest_framework.views import APIView
+
+from fleet.errors import NotAllowed
+from fleet.models import Team
+from fleet.selectors.teams import team_get, team_list
+from fleet.services.teams import team_update
+
+
+class TeamOutputSerializer(serializers.ModelSerializer):
+    class Meta:
+        model = Team
+        fields = [
+            "slug", "name", "priority_weight", "fairshare_weight", "guaranteed_gpus",
+            "gpu_limit", "user_gpu_cap", "default_time_limit", "max_time_limit",
+        ]  # fmt: skip
+
+
+class TeamListApi(APIView):
+    @extend_schema(responses=TeamOutputSerializer(many=True))
+    def get(self, request: Request) -> Response:
+        return Response(TeamOutputSerializer(team_list(fetched_by=request.user), many=True).data)
+
+
+class TeamDetailApi(APIView):
+    class InputSerializer(serializers.Serializer):
+        class Meta:
+            ref_name = "TeamUpdateInput"
+
+        name = serializers.CharField(required=False, max_length=100)
+        priority_weight = serializers.FloatField(required=False)
+        fairshare_weight = serializers.FloatField(required=False)
+        guaranteed_gpus = serializers.IntegerField(required=False, min_value=0)
+        gpu_limit = serializers.IntegerField(required=False, min_value=0, allow_null=True)
+        user_gpu_cap = serializers.IntegerField(required=False, min_value=1, allow_null=True)
+        default_time_limit = serializers.IntegerField(required=False, min_value=1)
+        max_time_limit = serializers.IntegerField(required=False, min_value=1)
+
+    @extend_schema(responses=TeamOutputSerializer)
+    def get(self, request: Request, slug: str) -> Response:
+        return Response(TeamOutputSerializer(team_get(slug=slug, fetched_by=request.user)).data)
+
+    @extend_schema(request=InputSerializer, responses=TeamOutputSerializer)
+    def patch(self, request: Request, slug: str) -> Response:
+        if not request.user.is_staff:
+            raise NotAllowed("Only staff may change a team's quotas and weights.")
+        serializer = self.InputSerializer(data=request.data, partial=True)
+        serializer.is_valid(raise_exception=True)
+        team = team_update(
+            team=team_get(slug=slug, fetched_by=request.user), data=serializer.validated_data
+        )
+        return Response(TeamOutputSerializer(team).data)

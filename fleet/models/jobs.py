@@ -1,0 +1,167 @@
+"""Jobs and their event history. Only fleet.services.job_states writes `Job.state`."""
+
+from __future__ import annotations
+
+from django.conf import settings
+from django.db import models
+from django.db.models import Q
+
+from fleet.models.nodes import Node
+from fleet.models.teams import Team
+
+PRIORITY_MIN = -100
+PRIORITY_MAX = 100
+
+
+class JobState(models.TextChoices):
+    PENDING = "pending", "pending"
+    HELD = "held", "held"
+    ASSIGNED = "assigned", "assigned"
+    RUNNING = "running", "running"
+    SUCCEEDED = "succeeded", "succeeded"
+    FAILED = "failed", "failed"
+    CANCELLED = "cancelled", "cancelled"
+    TIMEOUT = "timeout", "timeout"
+    LOST = "lost", "lost"
+
+
+ACTIVE_STATES = (JobState.ASSIGNED, JobState.RUNNING)
+QUEUED_STATES = (JobState.PENDING, JobState.HELD)
+FINAL_STATES = (
+    JobState.SUCCEEDED,
+    JobState.FAILED,
+    JobState.CANCELLED,
+    JobState.TIMEOUT,
+)
+
+
+class Qos(models.TextChoices):
+    LOW = "low", "low"
+    NORMAL = "normal", "normal"
+    HIGH = "high", "high"
+
+
+class Job(models.Model):
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="jobs"
+    )
+    team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="jobs")
+    name = models.CharField(max_length=200)
+    command = models.TextField()
+    env = models.JSONField(default=dict, blank=True)
+    workdir = models.CharField(max_length=1000, blank=True)
+
+    # The request: whole GPUs (gpus >= 1) or a fraction of one (gpus == 0 with memory and
+    # compute share).
+    gpus = models.PositiveSmallIntegerField(default=1)
+    gpu_memory_mb = models.PositiveIntegerField(null=True, blank=True)
+    gpu_compute_percent = models.PositiveSmallIntegerField(null=True, blank=True)
+    gpu_model = models.CharField(max_length=100, blank=True)
+    min_gpu_memory_mb = models.PositiveIntegerField(null=True, blank=True)
+    time_limit = models.PositiveIntegerField(help_text="Seconds.")
+    priority = models.SmallIntegerField(default=0)
+    qos = models.CharField(max_length=10, choices=Qos.choices, default=Qos.NORMAL)
+    preemptible = models.BooleanField(default=False)
+    max_requeues = models.PositiveSmallIntegerField(default=3)
+
+    state = models.CharField(
+        max_length=10, choices=JobState.choices, default=JobState.PENDING, editable=False
+    )
+    state_reason = models.CharField(max_length=1000, blank=True)
+    attempt = models.PositiveIntegerField(default=0, editable=False)
+    requeues = models.PositiveIntegerField(default=0, editable=False)
+    node = models.ForeignKey(
+        Node, null=True, blank=True, on_delete=models.SET_NULL, related_name="jobs"
+    )
+    gpu_indices = models.JSONField(default=list, blank=True)
+    pid = models.PositiveIntegerField(null=True, blank=True)
+    exit_code = models.IntegerField(null=True, blank=True)
+
+    submitted_at = models.DateTimeField(auto_now_add=True, db_index=True)
+    assigned_at = models.DateTimeField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+    updated_at = models.DateTimeField(auto_now=True)
+
+    # Written by the scheduling cycle for pending jobs.
+    queue_position = models.PositiveIntegerField(null=True, blank=True)
+    eta = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["-id"]
+        indexes = [
+            models.Index(fields=["state", "submitted_at"]),
+            models.Index(fields=["team", "state"]),
+            models.Index(fields=["owner", "state"]),
+            models.Index(fields=["node", "state"]),
+        ]
+        constraints = [
+            models.CheckConstraint(
+                condition=(
+                    Q(gpus__gte=1, gpu_memory_mb__isnull=True, gpu_compute_percent__isnull=True)
+                    | Q(
+                        gpus=0,
+                        gpu_memory_mb__gt=0,
+                        gpu_compute_percent__gte=1,
+                        gpu_compute_percent__lte=100,
+                    )
+                ),
+                name="job_whole_gpus_xor_fraction",
+            ),
+            models.CheckConstraint(condition=Q(time_limit__gt=0), name="job_time_limit_positive"),
+            models.CheckConstraint(
+                condition=Q(priority__gte=PRIORITY_MIN, priority__lte=PRIORITY_MAX),
+                name="job_priority_bounded",
+            ),
+            models.CheckConstraint(
+                condition=Q(min_gpu_memory_mb__isnull=True) | Q(min_gpu_memory_mb__gt=0),
+                name="job_min_gpu_memory_positive",
+            ),
+            models.CheckConstraint(
+                condition=Q(state__in=[s.value for s in JobState]), name="job_state_valid"
+            ),
+        ]
+
+    # Set on the instance that the state machine returns: what the job was just before the
+    # transition, so callers can stop the attempt that ran. Not stored.
+    previous_state: str = ""
+    previous_attempt: int = 0
+    previous_node_id: int | None = None
+
+    def __str__(self) -> str:
+        return f"job {self.pk} ({self.name})"
+
+    @property
+    def is_fractional(self) -> bool:
+        return self.gpus == 0
+
+    @property
+    def is_final(self) -> bool:
+        return self.state in FINAL_STATES
+
+
+class ActorKind(models.TextChoices):
+    USER = "user", "user"
+    SCHEDULER = "scheduler", "scheduler"
+    NODE = "node", "node"
+    SYSTEM = "system", "system"
+
+
+class JobEvent(models.Model):
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="events")
+    at = models.DateTimeField(auto_now_add=True)
+    from_state = models.CharField(max_length=10, choices=JobState.choices, blank=True)
+    to_state = models.CharField(max_length=10, choices=JobState.choices)
+    attempt = models.PositiveIntegerField()
+    reason = models.CharField(max_length=1000, blank=True)
+    actor_kind = models.CharField(max_length=10, choices=ActorKind.choices)
+    actor = models.CharField(max_length=150, blank=True, help_text="User name or node name.")
+    # False for a report that was recorded but not applied (stale attempt, duplicate).
+    applied = models.BooleanField(default=True)
+
+    class Meta:
+        ordering = ["id"]
+        indexes = [models.Index(fields=["job", "id"])]
+
+    def __str__(self) -> str:
+        return f"job {self.job_id}: {self.from_state} -> {self.to_state}"

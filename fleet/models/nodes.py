@@ -1,0 +1,50 @@
+"""GPU hosts and their GPUs. Which GPU is busy is derived from running jobs."""
+
+from __future__ import annotations
+
+from django.db import models
+from django.db.models import Q
+
+
+class NodeState(models.TextChoices):
+    UP = "up", "up"
+    DRAINING = "draining", "draining"
+    DOWN = "down", "down"
+
+
+class Node(models.Model):
+    name = models.CharField(max_length=100, unique=True)
+    state = models.CharField(max_length=10, choices=NodeState.choices, default=NodeState.UP)
+    state_reason = models.CharField(max_length=500, blank=True)
+    last_heartbeat = models.DateTimeField(null=True, blank=True)
+    labels = models.JSONField(default=dict, blank=True)
+    agent_version = models.CharField(max_length=50, blank=True)
+    # "nvml" or "simulated": the UI and API say plainly when a node's GPUs are simulated.
+    gpu_backend = models.CharField(max_length=20, blank=True)
+    heartbeat_timeout = models.PositiveIntegerField(default=30, help_text="Seconds.")
+    created_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["name"]
+        indexes = [models.Index(fields=["state"])]
+
+    def __str__(self) -> str:
+        return self.name
+
+
+class Gpu(models.Model):
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="gpus")
+    index = models.PositiveSmallIntegerField()
+    uuid = models.CharField(max_length=100, unique=True)
+    model = models.CharField(max_length=100)
+    memory_mb = models.PositiveIntegerField()
+
+    class Meta:
+        ordering = ["node__name", "index"]
+        constraints = [
+            models.UniqueConstraint(fields=["node", "index"], name="gpu_unique_index_per_node"),
+            models.CheckConstraint(condition=Q(memory_mb__gt=0), name="gpu_memory_positive"),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.node.name}:{self.index} ({self.model})"

@@ -1,0 +1,284 @@
+"""Job submission and the user actions on jobs (cancel, hold, release, requeue)."""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+
+from fleet.errors import ApplicationError, NotAllowed
+from fleet.models import Gpu, Job, JobEvent, JobState, Membership, Node, Team
+from fleet.models.jobs import PRIORITY_MAX, PRIORITY_MIN, ActorKind, Qos
+from fleet.services import messaging
+from fleet.services.access import can_manage_job
+from fleet.services.job_states import Actor, job_transition
+
+ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+# Set by the agent for every job; a job may not override them.
+RESERVED_ENV = re.compile(r"^(FLEET_.*|CUDA_VISIBLE_DEVICES|NVIDIA_VISIBLE_DEVICES)$")
+
+
+@dataclass(frozen=True)
+class JobRequest:
+    name: str
+    command: str
+    team: str | None = None
+    env: dict[str, str] | None = None
+    workdir: str = ""
+    gpus: int | None = None
+    gpu_memory_mb: int | None = None
+    gpu_compute_percent: int | None = None
+    gpu_model: str = ""
+    min_gpu_memory_mb: int | None = None
+    time_limit: int | None = None
+    priority: int = 0
+    qos: str = Qos.NORMAL
+    preemptible: bool = False
+    max_requeues: int = 3
+
+
+def _field_error(field: str, message: str) -> ApplicationError:
+    return ApplicationError(message, {"fields": {field: [message]}})
+
+
+def _resolve_team(user: Any, slug: str | None) -> Team:
+    memberships = Membership.objects.filter(user=user).select_related("team")
+    if slug:
+        for m in memberships:
+            if m.team.slug == slug:
+                return m.team
+        mine = ", ".join(sorted(m.team.slug for m in memberships)) or "none"
+        raise _field_error("team", f"You are not a member of team '{slug}'. Your teams: {mine}.")
+    chosen = [m for m in memberships if m.is_default] or list(memberships)
+    if not chosen:
+        raise NotAllowed("You are not a member of any team; ask an admin to add you to one.")
+    if len(chosen) > 1:
+        mine = ", ".join(sorted(m.team.slug for m in chosen))
+        raise _field_error("team", f"You are in several teams ({mine}); say which one to use.")
+    return chosen[0].team
+
+
+def _validate_env(env: dict[str, Any]) -> dict[str, str]:
+    if not isinstance(env, dict):
+        raise _field_error("env", "env must be an object mapping names to string values.")
+    if len(env) > settings.FLEET_MAX_ENV_VARS:
+        raise _field_error(
+            "env", f"env has {len(env)} variables; at most {settings.FLEET_MAX_ENV_VARS} allowed."
+        )
+    size = 0
+    for name, value in env.items():
+        if not isinstance(name, str) or not ENV_NAME.match(name):
+            raise _field_error(
+                "env",
+                f"'{name}' is not a valid environment variable name: use letters, digits and "
+                "underscores, not starting with a digit.",
+            )
+        if RESERVED_ENV.match(name):
+            raise _field_error("env", f"{name} is set by fleet for every job; remove it from env.")
+        if not isinstance(value, str):
+            raise _field_error("env", f"The value of {name} must be a string.")
+        size += len(name.encode()) + len(value.encode())
+    if size > settings.FLEET_MAX_ENV_BYTES:
+        raise _field_error(
+            "env", f"env is {size} bytes; at most {settings.FLEET_MAX_ENV_BYTES} bytes allowed."
+        )
+    return dict(env)
+
+
+def _validate_request(req: JobRequest, team: Team) -> dict[str, Any]:
+    if not req.name.strip():
+        raise _field_error("name", "Give the job a name.")
+    if not req.command.strip():
+        raise _field_error("command", "The command is empty; give the shell command to run.")
+    size = len(req.command.encode())
+    if size > settings.FLEET_MAX_COMMAND_BYTES:
+        raise _field_error(
+            "command",
+            f"The command is {size} bytes; at most {settings.FLEET_MAX_COMMAND_BYTES} allowed. "
+            "Put long scripts in a file and run that file.",
+        )
+    fraction = req.gpu_memory_mb is not None or req.gpu_compute_percent is not None
+    gpus = req.gpus if req.gpus is not None else (0 if fraction else 1)
+    if gpus < 0:
+        raise _field_error("gpus", "gpus cannot be negative.")
+    if gpus >= 1 and fraction:
+        raise _field_error(
+            "gpus",
+            "Ask for whole GPUs (gpus) or a fraction of one GPU (gpu_memory_mb and "
+            "gpu_compute_percent), not both.",
+        )
+    if gpus == 0:
+        if req.gpu_memory_mb is None or req.gpu_compute_percent is None:
+            raise _field_error(
+                "gpus",
+                "Ask for at least one whole GPU (gpus >= 1), or for a fraction of one GPU with "
+                "both gpu_memory_mb and gpu_compute_percent.",
+            )
+        if req.gpu_memory_mb <= 0:
+            raise _field_error("gpu_memory_mb", "gpu_memory_mb must be positive.")
+        if not 1 <= req.gpu_compute_percent <= 100:
+            raise _field_error(
+                "gpu_compute_percent", "gpu_compute_percent must be between 1 and 100."
+            )
+    if req.min_gpu_memory_mb is not None and req.min_gpu_memory_mb <= 0:
+        raise _field_error("min_gpu_memory_mb", "min_gpu_memory_mb must be positive.")
+    time_limit = req.time_limit if req.time_limit is not None else team.default_time_limit
+    if time_limit <= 0:
+        raise _field_error("time_limit", "time_limit must be a positive number of seconds.")
+    if time_limit > team.max_time_limit:
+        raise _field_error(
+            "time_limit",
+            f"time_limit {time_limit} s is over team {team.slug}'s maximum of "
+            f"{team.max_time_limit} s.",
+        )
+    if not PRIORITY_MIN <= req.priority <= PRIORITY_MAX:
+        raise _field_error(
+            "priority", f"priority must be between {PRIORITY_MIN} and {PRIORITY_MAX}."
+        )
+    if req.qos not in Qos.values:
+        raise _field_error("qos", f"qos must be one of: {', '.join(Qos.values)}.")
+    if req.max_requeues < 0:
+        raise _field_error("max_requeues", "max_requeues cannot be negative.")
+    demand = gpus if gpus else 1
+    if team.gpu_limit is not None and demand > team.gpu_limit:
+        raise _field_error(
+            "gpus",
+            f"needs {demand} GPUs; team {team.slug}'s hard limit is {team.gpu_limit} GPUs.",
+        )
+    if team.user_gpu_cap is not None and demand > team.user_gpu_cap:
+        raise _field_error(
+            "gpus",
+            f"needs {demand} GPUs; team {team.slug} caps each member at {team.user_gpu_cap}.",
+        )
+    _check_fleet_can_fit(req, gpus)
+    return {
+        "name": req.name.strip()[:200],
+        "command": req.command,
+        "env": _validate_env(req.env or {}),
+        "workdir": req.workdir,
+        "gpus": gpus,
+        "gpu_memory_mb": req.gpu_memory_mb if gpus == 0 else None,
+        "gpu_compute_percent": req.gpu_compute_percent if gpus == 0 else None,
+        "gpu_model": req.gpu_model,
+        "min_gpu_memory_mb": req.min_gpu_memory_mb,
+        "time_limit": time_limit,
+        "priority": req.priority,
+        "qos": req.qos,
+        "preemptible": req.preemptible,
+        "max_requeues": req.max_requeues,
+    }
+
+
+def _check_fleet_can_fit(req: JobRequest, gpus: int) -> None:
+    """Reject what no registered node could ever run. With no nodes registered yet, every
+    request is accepted: the fleet may still be coming up."""
+    rows = list(Gpu.objects.values_list("node_id", "model", "memory_mb"))
+    if not rows:
+        return
+    models = sorted({model for _, model, _ in rows})
+    eligible = rows
+    if req.gpu_model:
+        eligible = [r for r in rows if r[1].lower() == req.gpu_model.lower()]
+        if not eligible:
+            raise _field_error(
+                "gpu_model",
+                f"No node has GPU model '{req.gpu_model}'. Models in the fleet: "
+                f"{', '.join(models)}.",
+            )
+    need_mb = max(req.min_gpu_memory_mb or 0, req.gpu_memory_mb or 0 if gpus == 0 else 0)
+    if need_mb:
+        largest = max(mem for _, _, mem in eligible)
+        if need_mb > largest:
+            raise _field_error(
+                "gpu_memory_mb" if gpus == 0 else "min_gpu_memory_mb",
+                f"needs {need_mb} MB of GPU memory; the largest GPU"
+                f"{' of that model' if req.gpu_model else ''} has {largest} MB.",
+            )
+        eligible = [r for r in eligible if r[2] >= need_mb]
+    if gpus > 1:
+        per_node: dict[int, int] = {}
+        for node_id, _, _ in eligible:
+            per_node[node_id] = per_node.get(node_id, 0) + 1
+        largest_node = max(per_node.values())
+        if gpus > largest_node:
+            raise _field_error(
+                "gpus",
+                f"needs {gpus} GPUs on one node; the largest node has {largest_node}"
+                f"{' matching' if req.gpu_model or need_mb else ''}.",
+            )
+
+
+def job_submit(*, user: Any, request: JobRequest) -> Job:
+    team = _resolve_team(user, request.team)
+    values = _validate_request(request, team)
+    with transaction.atomic():
+        job = Job.objects.create(owner=user, team=team, **values)
+        JobEvent.objects.create(
+            job=job,
+            from_state="",
+            to_state=JobState.PENDING,
+            attempt=0,
+            reason="submitted",
+            actor_kind=ActorKind.USER,
+            actor=user.get_username(),
+        )
+        messaging.request_schedule()
+    return job
+
+
+def _require_manager(user: Any, job: Job, verb: str) -> None:
+    if not can_manage_job(user, job):
+        raise NotAllowed(
+            f"Only the job's owner, admins of team {job.team.slug} and staff may {verb} job "
+            f"{job.pk}."
+        )
+
+
+def stop_previous_attempt(job: Job, reason: str) -> None:
+    """After a transition away from assigned/running, tell the node to stop that attempt."""
+    if job.previous_node_id and job.previous_state in (JobState.ASSIGNED, JobState.RUNNING):
+        node_name = Node.objects.filter(id=job.previous_node_id).values_list("name", flat=True)
+        for name in node_name:
+            messaging.send_to_node_on_commit(
+                name,
+                messaging.STOP_JOB_TASK,
+                job_id=job.pk,
+                attempt=job.previous_attempt,
+                reason=reason,
+            )
+
+
+PAST = {"cancel": "cancelled", "hold": "held", "release": "released", "requeue": "requeued"}
+
+
+def _user_action(*, user: Any, job: Job, action: str, verb: str, reason: str) -> Job:
+    _require_manager(user, job, verb)
+    with transaction.atomic():
+        job = job_transition(
+            job_id=job.pk,
+            action=action,
+            actor=Actor.user(user),
+            reason=reason or f"{PAST[action]} by {user.get_username()}",
+        )
+        stop_previous_attempt(job, reason=job.state_reason)
+        messaging.request_schedule()
+    return job
+
+
+def job_cancel(*, user: Any, job: Job, reason: str = "") -> Job:
+    return _user_action(user=user, job=job, action="cancel", verb="cancel", reason=reason)
+
+
+def job_hold(*, user: Any, job: Job, reason: str = "") -> Job:
+    return _user_action(user=user, job=job, action="hold", verb="hold", reason=reason)
+
+
+def job_release(*, user: Any, job: Job, reason: str = "") -> Job:
+    return _user_action(user=user, job=job, action="release", verb="release", reason=reason)
+
+
+def job_requeue(*, user: Any, job: Job, reason: str = "") -> Job:
+    return _user_action(user=user, job=job, action="requeue", verb="requeue", reason=reason)

@@ -1,0 +1,57 @@
+#!/usr/bin/env bash
+# Run the whole fleet stack on one machine: web, control worker, beat and two simulated GPU
+# agents, on SQLite (or DATABASE_URL) and a local Redis. Ctrl-C stops everything it started.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+BIN=.venv/bin
+export FLEET_PORT="${FLEET_PORT:-8000}"
+BIND="${FLEET_BIND:-127.0.0.1}"
+mkdir -p var/log
+
+scripts/ensure-redis.sh
+$BIN/python manage.py migrate --noinput -v0
+
+# A demo admin whose password is kept under var/ so every run prints the same one.
+if [ ! -s var/demo-admin-password ]; then
+  $BIN/python -c 'import secrets; print(secrets.token_urlsafe(12))' > var/demo-admin-password
+  chmod 600 var/demo-admin-password
+fi
+password=$(cat var/demo-admin-password)
+token=$($BIN/python manage.py add_user admin --team demo --team-admin --staff --password "$password" 2>/dev/null | tail -n 1)
+
+pids=()
+cleanup() {
+  trap - INT TERM EXIT
+  echo; echo "stopping fleet"
+  for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+  wait 2>/dev/null || true
+}
+trap cleanup INT TERM EXIT
+
+start() {  # name, command...
+  local name=$1; shift
+  "$@" >"var/log/$name.log" 2>&1 &
+  pids+=("$!")
+  echo "  $name (pid $!, log var/log/$name.log)"
+}
+
+echo "starting fleet:"
+start web $BIN/python manage.py runserver "$BIND:$FLEET_PORT" --noreload
+start control $BIN/celery -A fleet worker -Q control -n "control@%h" --concurrency 2 --loglevel INFO
+start beat $BIN/celery -A fleet beat --loglevel INFO -s var/celerybeat-schedule
+if [ -f scripts/agents.sh ]; then
+  # shellcheck source=/dev/null
+  source scripts/agents.sh
+fi
+
+cat <<MSG
+
+fleet is up: http://$BIND:$FLEET_PORT/
+  log in as:  admin / $password
+  API docs:   http://$BIND:$FLEET_PORT/api/v1/docs/
+  API token:  $token
+  try:        curl -H "Authorization: Token $token" http://$BIND:$FLEET_PORT/api/v1/nodes/
+Ctrl-C stops everything.
+MSG
+wait -n "${pids[@]}" || true
+echo "a fleet process exited; see var/log/" >&2

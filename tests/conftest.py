@@ -1,0 +1,109 @@
+"""Fixtures for people: an owner, a teammate, a team admin, a member of another team,
+a stranger in no team, and staff. Each comes with an API client holding their token."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from rest_framework.test import APIClient
+
+from tests.factories import GpuFactory, MembershipFactory, NodeFactory, TeamFactory, UserFactory
+
+
+def _client(user: Any) -> APIClient:
+    from fleet.services.tokens import token_rotate
+
+    client = APIClient()
+    client.credentials(HTTP_AUTHORIZATION=f"Token {token_rotate(user=user)}")
+    client.user = user
+    return client
+
+
+@pytest.fixture
+def team(db: Any) -> Any:
+    return TeamFactory(slug="vision", name="Vision", gpu_limit=16, max_time_limit=86400)
+
+
+@pytest.fixture
+def other_team(db: Any) -> Any:
+    return TeamFactory(slug="speech", name="Speech")
+
+
+@pytest.fixture
+def owner(team: Any) -> Any:
+    return MembershipFactory(team=team, user__username="owner").user
+
+
+@pytest.fixture
+def teammate(team: Any) -> Any:
+    return MembershipFactory(team=team, user__username="teammate").user
+
+
+@pytest.fixture
+def team_admin(team: Any) -> Any:
+    return MembershipFactory(team=team, role="admin", user__username="teamadmin").user
+
+
+@pytest.fixture
+def outsider(other_team: Any) -> Any:
+    """A member of another team."""
+    return MembershipFactory(team=other_team, user__username="outsider").user
+
+
+@pytest.fixture
+def stranger(db: Any) -> Any:
+    """An authenticated user in no team."""
+    return UserFactory(username="stranger")
+
+
+@pytest.fixture
+def staff(db: Any) -> Any:
+    return UserFactory(username="staff", is_staff=True, is_superuser=True)
+
+
+@pytest.fixture
+def owner_api(owner: Any) -> APIClient:
+    return _client(owner)
+
+
+@pytest.fixture
+def teammate_api(teammate: Any) -> APIClient:
+    return _client(teammate)
+
+
+@pytest.fixture
+def team_admin_api(team_admin: Any) -> APIClient:
+    return _client(team_admin)
+
+
+@pytest.fixture
+def outsider_api(outsider: Any) -> APIClient:
+    return _client(outsider)
+
+
+@pytest.fixture
+def stranger_api(stranger: Any) -> APIClient:
+    return _client(stranger)
+
+
+@pytest.fixture
+def staff_api(staff: Any) -> APIClient:
+    return _client(staff)
+
+
+@pytest.fixture
+def anon_api() -> APIClient:
+    return APIClient()
+
+
+@pytest.fixture
+def fleet_nodes(db: Any) -> list[Any]:
+    """Two nodes: sim-a with 4 A100-80GB and sim-b with 2 V100-32GB."""
+    a = NodeFactory(name="sim-a", gpu_backend="simulated")
+    b = NodeFactory(name="sim-b", gpu_backend="simulated")
+    for i in range(4):
+        GpuFactory(node=a, index=i, model="A100-80GB", memory_mb=81920)
+    for i in range(2):
+        GpuFactory(node=b, index=i, model="V100-32GB", memory_mb=32768)
+    return [a, b]
