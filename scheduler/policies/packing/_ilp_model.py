@@ -286,7 +286,7 @@ def solve(
         integrality=np.zeros(n) if relax else np.ones(n),
         bounds=Bounds(np.zeros(n), np.ones(n)),
         constraints=constraints,
-        options={"time_limit": max(float(time_limit), 1e-3), "disp": False},
+        options={"time_limit": max(float(time_limit), 0.0), "disp": False},
     )
     result.message = str(res.message)
     result.dual_bound = _neg(getattr(res, "mip_dual_bound", None))

@@ -33,10 +33,7 @@ class SearchPolicy:
     def __init__(self, seed: int = 0, **params: Any) -> None:
         self.seed = seed
         prefix = f"{self.name}_"
-        self.params = {
-            (f"{prefix}{k}" if f"{prefix}{k}" in self._defaults else k): v
-            for k, v in params.items()
-        }
+        self.params = {(f"{prefix}{k}" if k in self._defaults else k): v for k, v in params.items()}
         # Evaluations used by the last schedule() call (for benchmarks and logs).
         self.last_evaluations = 0
 

@@ -1,0 +1,45 @@
+"""Property tests: on random fleets every packing policy makes a plan that over-commits
+nothing, keeps gangs on one node, honours model/memory constraints and quotas, and says
+why each unplaced job waits."""
+
+from __future__ import annotations
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+
+from scheduler.core.model import Snapshot
+from scheduler.policies import get_policy
+from scheduler.policies.packing._values import job_values
+from tests.scheduler.policies.test_packing_helpers import (
+    PACKING,
+    check_plan,
+    plan_value,
+    snapshots,
+)
+
+SETTINGS = settings(max_examples=30, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+@pytest.mark.parametrize("name", PACKING)
+@SETTINGS
+@given(snapshot=snapshots())
+def test_plans_are_feasible(name: str, snapshot: Snapshot) -> None:
+    params = {"seed": 7} if name in ("genetic", "annealing") else {}
+    plan = get_policy(name, **params).schedule(snapshot)
+    assert plan.policy == name
+    check_plan(snapshot, plan)
+
+
+@SETTINGS
+@given(snapshot=snapshots())
+def test_ilp_model_is_exact(snapshot: Snapshot) -> None:
+    """The solver's optimum is never below greedy (the model's reductions lose no plan),
+    and every solver choice maps onto free GPUs (the model allows nothing infeasible)."""
+    values = job_values(snapshot, {})
+    greedy = get_policy("greedy").schedule(snapshot)
+    policy = get_policy("ilp", time_limit=5.0)
+    plan = policy.schedule(snapshot)
+    assert not [n for n in plan.notes if "did not map" in n]
+    if policy.last is not None and policy.last.status == "optimal":
+        assert policy.last.objective >= plan_value(greedy, values) - 1e-6
+        assert plan_value(plan, values) >= policy.last.objective - 1e-6
