@@ -18,7 +18,7 @@ from scheduler.sim.cluster import parse_cluster
 from scheduler.sim.runner import SIM_DRIVERS, all_names, run_many
 from scheduler.sim.sources import FORMATS, load_jobs, synthetic
 from scheduler.sim.state import SimConfig
-from scheduler.sim.transform import prepare
+from scheduler.sim.transform import equal_guarantees, prepare
 
 COLUMNS = (
     ("jct_avg", "avg JCT s", "{:>10,.0f}"),
@@ -48,6 +48,12 @@ def _parser() -> argparse.ArgumentParser:
     p.add_argument("--restart-overhead", type=float, default=60.0)
     p.add_argument("--checkpointing", action="store_true", help="preempted jobs keep progress")
     p.add_argument("--limit-median", type=float, default=2.0, help="median time-limit factor")
+    p.add_argument(
+        "--guarantee",
+        default="none",
+        choices=("none", "equal"),
+        help="equal: every team is guaranteed an equal share of the GPUs",
+    )
     p.add_argument("--no-predict", action="store_true", help="do not use the runtime predictor")
     p.add_argument(
         "--setting",
@@ -137,6 +143,9 @@ def main(argv: list[str] | None = None) -> int:
         restart_overhead=args.restart_overhead,
         checkpointing=args.checkpointing,
         settings=_settings(args.setting),
+        team_guaranteed=(
+            equal_guarantees(jobs, cluster.total_gpus) if args.guarantee == "equal" else {}
+        ),
     )
     progress = not args.quiet
     if progress:

@@ -86,6 +86,7 @@ def compute_metrics(result: SimResult) -> dict[str, Any]:
     jct = finish - submit
     out: dict[str, Any] = {"policy": result.policy, "jobs": len(runs), "finished": len(done)}
     out["killed"] = sum(r.state == "killed" for r in runs)
+    out["rejected"] = sum(r.state == "rejected" for r in runs)
     out["unschedulable"] = sum(r.state == "unschedulable" for r in runs)
     out["timed_out"] = sum(r.state == "timeout" for r in runs)
     out.update(_dist(jct, "jct"))

@@ -2,32 +2,32 @@
 
 The predictor sees a job when it arrives (`predict`) and learns its true runtime when it
 finishes (`observe`); what it said at arrival is kept on the job for the prediction-error
-metric and passed to policies as `PendingJob.predicted_runtime`.
+metric and passed to policies as `PendingJob.predicted_runtime`. Traces without user or
+job names (Philly) give it only the team to learn from.
 """
 
 from __future__ import annotations
 
-from importlib import import_module
 from typing import Any
 
 from scheduler.sim.jobs import JobSpec
 
 
-def make_predictor() -> Any:
-    """The adapter over scheduler.core.prediction, or None when that module is absent."""
-    try:
-        module = import_module("scheduler.core.prediction")
-    except ImportError:
-        return None
-    return _Adapter(module)
+def make_predictor(**params: Any) -> SimPredictor:
+    from scheduler.core.prediction import RuntimePredictor
+
+    return SimPredictor(RuntimePredictor(**params))
 
 
-class _Adapter:
-    def __init__(self, module: Any) -> None:
-        self.module = module
+class SimPredictor:
+    def __init__(self, predictor: Any) -> None:
+        self.predictor = predictor
 
     def predict(self, spec: JobSpec) -> float | None:
-        return None
+        if not spec.time_limit:
+            return None
+        return self.predictor.predict(spec.user, spec.name, spec.time_limit)
 
     def observe(self, spec: JobSpec, runtime: float) -> None:
-        return None
+        if spec.time_limit:
+            self.predictor.update(spec.user, spec.name, spec.time_limit, runtime)

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
+from scheduler.core.admission import admission_error
 from scheduler.core.model import (
     FULL_COMPUTE,
     GpuState,
@@ -30,6 +31,7 @@ from scheduler.core.model import (
     Snapshot,
     TeamState,
 )
+from scheduler.core.usage import DEFAULT_HALF_LIFE
 from scheduler.sim.cluster import ClusterSpec
 from scheduler.sim.jobs import JobSpec
 
@@ -43,8 +45,10 @@ class SimConfig:
     restart_overhead: float = 60.0
     checkpointing: bool = False
     max_requeues: int | None = None  # None: no limit
-    fairshare_half_life: float = 7 * 86400.0
     settings: Mapping[str, Any] = field(default_factory=dict)
+    # Guaranteed GPUs per team (TeamState.guaranteed_gpus); policies let a team within its
+    # guarantee reclaim GPUs from teams borrowing beyond theirs. Empty: no guarantees.
+    team_guaranteed: Mapping[str, int] = field(default_factory=dict)
     record_timeline: bool = True
 
 
@@ -53,7 +57,8 @@ class JobRun:
     """One job's life in the simulator."""
 
     spec: JobSpec
-    state: str = "future"  # future, pending, running, done, timeout, killed, unschedulable
+    # future, pending, running, then done, timeout, killed, rejected or unschedulable
+    state: str = "future"
     first_start: float | None = None
     finish: float | None = None
     attempt: int = 0
@@ -90,6 +95,9 @@ class SimState:
         self._free: dict[str, list[list[int]]] = {
             n.name: [[g.memory_mb, FULL_COMPUTE] for g in n.gpus] for n in self._nodes.values()
         }
+        self._empty_nodes = tuple(self._nodes.values())
+        self._admission: dict[tuple, str | None] = {}
+        self.rejected: list[str] = []
         self.free_whole: dict[str, int] = {n.name: len(n.gpus) for n in self._nodes.values()}
         self._dirty: set[str] = set()
         self.total_gpus = cluster.total_gpus
@@ -98,7 +106,9 @@ class SimState:
         self._team_usage = {t: 0.0 for t in teams}
         self._team_running = {t: 0.0 for t in teams}
         self._team_clock = {t: 0.0 for t in teams}
+        self._guaranteed = dict(config.team_guaranteed)
         self._settings = MappingProxyType(dict(config.settings))
+        self._half_life = float(self._settings.get("fairshare_half_life", DEFAULT_HALF_LIFE))
         self.timeline: list[tuple[float, float, int, int]] = []
         self.invalid_decisions: list[str] = []
         self.predictor: Any = None  # optional: .predict(spec) -> float | None, .observe(spec, s)
@@ -143,6 +153,8 @@ class SimState:
                 break
             self._next_arrival += 1
             run = self.jobs[spec.id]
+            if self._refused(run):
+                continue
             if self.predictor is not None:
                 run.predicted = self.predictor.predict(spec)
             run.state = "pending"
@@ -152,6 +164,21 @@ class SimState:
             self.events += 1
             self._record()
         return happened
+
+    def _refused(self, run: JobRun) -> bool:
+        """Admission control, as at submit in production: a job that can never fit on this
+        cluster is refused (state "rejected") instead of queued."""
+        spec = run.spec
+        shape = (spec.gpus, spec.gpu_model, spec.gpu_memory_mb, spec.gpu_compute_percent)
+        if shape not in self._admission:
+            probe = self._pending_job(run)
+            self._admission[shape] = admission_error(probe, self._empty_nodes, None)
+        why = self._admission[shape]
+        if why is None:
+            return False
+        run.state = "rejected"
+        self.rejected.append(f"job {spec.id}: {why}")
+        return True
 
     def _record(self) -> None:
         if self.config.record_timeline:
@@ -310,12 +337,14 @@ class SimState:
         self._dirty.add(node)
 
     # -- team usage (decayed GPU-seconds for fair-share) -----------------------------------
+    # Exact for a constant number of GPUs between changes: u' = u d + r (h / ln 2)(1 - d),
+    # d = 2^(-dt/h); the half-life is the settings key "fairshare_half_life" as in production.
 
     def _accrue(self, team: str) -> None:
         dt = self.now - self._team_clock[team]
         if dt <= 0:
             return
-        h = self.config.fairshare_half_life
+        h = max(self._half_life, 1e-9)
         decay = 2.0 ** (-dt / h)
         self._team_usage[team] = self._team_usage[team] * decay + self._team_running[team] * (
             h / LN2
@@ -366,7 +395,10 @@ class SimState:
         for team in self._team_usage:
             self._accrue(team)
         return MappingProxyType(
-            {t: TeamState(slug=t, decayed_usage=u) for t, u in self._team_usage.items()}
+            {
+                t: TeamState(slug=t, guaranteed_gpus=self._guaranteed.get(t, 0), decayed_usage=u)
+                for t, u in self._team_usage.items()
+            }
         )
 
     def snapshot(self) -> Snapshot:

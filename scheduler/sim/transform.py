@@ -139,3 +139,12 @@ def prepare(
     kept = assign_time_limits(kept, seed=seed, median=limit_median)
     report.kept = len(kept)
     return kept, report
+
+
+def equal_guarantees(jobs: list[JobSpec], total_gpus: int) -> dict[str, int]:
+    """Each team guaranteed an equal whole share of the cluster (at least 1 GPU)."""
+    teams = sorted({j.team for j in jobs})
+    if not teams:
+        return {}
+    share = max(1, total_gpus // len(teams))
+    return {t: share for t in teams}
