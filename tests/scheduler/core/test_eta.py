@@ -1,0 +1,43 @@
+from scheduler.core.eta import estimate, what_if
+from scheduler.policies import get_policy
+from tests.scheduler.core.builders import job, node, running, snap
+
+
+def _fleet(*pending):
+    run = [
+        running(8, "a", (0, 1), started=0, limit=3600),
+        running(9, "a", (2, 3), started=0, limit=3600, predicted_runtime=2000),
+    ]
+    return snap([node("a", 4)], pending, run, now=1000.0)
+
+
+def test_positions_and_etas_follow_expected_ends():
+    s = _fleet(job(1, 2, submitted=0, limit=5000), job(2, 4, submitted=1), job(3, 2, submitted=2))
+    out = estimate(s, get_policy("fcfs"))
+    assert out[1][:2] == (1, 2000)  # job 9 is predicted to end at 2000
+    assert out[2][:2] == (2, 7000)  # needs the whole node: after job 1 ends (2000 + 5000)
+    assert out[3][:2] == (3, 10600)  # fcfs: behind job 2, which holds the node 3600 s
+
+
+def test_blocking_policy_keeps_later_jobs_behind_the_head():
+    s = _fleet(job(1, 4, submitted=0, limit=100), job(2, 2, submitted=1, limit=100))
+    fcfs = estimate(s, get_policy("fcfs"))
+    sjf = estimate(s, get_policy("sjf"))
+    assert fcfs[1][1] == 3600 and fcfs[2][1] == 3700
+    assert sjf[2][1] == 2000  # not blocked: takes the first two GPUs to free up
+
+
+def test_estimate_is_capped():
+    s = _fleet(*[job(i, 2, submitted=i, limit=3600) for i in range(1, 30)])
+    out = estimate(s, get_policy("fcfs"), max_events=3)
+    assert out[29][1] is None
+    assert "no estimate within the forecast window" in out[29][2]
+
+
+def test_what_if_now_later_and_never():
+    s = _fleet()
+    assert what_if(s, get_policy("fcfs"), job(1, 4, limit=60))[:3] == (False, None, 3600)
+    free = snap([node("a", 4)], now=5.0)
+    assert what_if(free, get_policy("fcfs"), job(1, 4)) == (True, "a", 5.0, "would start now on a")
+    never = what_if(s, get_policy("fcfs"), job(1, 16))
+    assert never == (False, None, None, "needs 16 GPUs on one node; the largest node has 4")
