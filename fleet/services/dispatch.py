@@ -1,0 +1,34 @@
+"""What the control side sends an agent to start a job: one short message per attempt."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from fleet.models import Job
+from fleet.services import messaging
+
+
+def start_spec(job: Job) -> dict[str, Any]:
+    """The JSON spec an agent needs to run this attempt (workers.executor.JobSpec fields)."""
+    return {
+        "name": job.name,
+        "command": job.command,
+        "env": dict(job.env or {}),
+        "workdir": job.workdir or None,
+        "gpu_indices": list(job.gpu_indices or []),
+        "time_limit": job.time_limit,
+        "gpu_memory_mb": job.gpu_memory_mb,
+        "gpu_compute_percent": job.gpu_compute_percent,
+    }
+
+
+def send_start_on_commit(job: Job) -> None:
+    """After the dispatch transition commits, ask the job's node to start this attempt."""
+    assert job.node is not None, "dispatch sets the node before the start message is sent"
+    messaging.send_to_node_on_commit(
+        job.node.name,
+        messaging.START_JOB_TASK,
+        job_id=job.pk,
+        attempt=job.attempt,
+        spec=start_spec(job),
+    )
