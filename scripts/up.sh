@@ -6,17 +6,19 @@ cd "$(dirname "$0")/.."
 BIN=.venv/bin
 export FLEET_PORT="${FLEET_PORT:-8000}"
 BIND="${FLEET_BIND:-127.0.0.1}"
-mkdir -p var/log
+VAR="${FLEET_VAR_DIR:-var}"
+export FLEET_VAR_DIR="$VAR"
+mkdir -p "$VAR/log"
 
 scripts/ensure-redis.sh
 $BIN/python manage.py migrate --noinput -v0
 
 # A demo admin whose password is kept under var/ so every run prints the same one.
-if [ ! -s var/demo-admin-password ]; then
-  $BIN/python -c 'import secrets; print(secrets.token_urlsafe(12))' > var/demo-admin-password
-  chmod 600 var/demo-admin-password
+if [ ! -s "$VAR/demo-admin-password" ]; then
+  $BIN/python -c 'import secrets; print(secrets.token_urlsafe(12))' > "$VAR/demo-admin-password"
+  chmod 600 "$VAR/demo-admin-password"
 fi
-password=$(cat var/demo-admin-password)
+password=$(cat "$VAR/demo-admin-password")
 token=$($BIN/python manage.py add_user admin --team demo --team-admin --staff --password "$password" 2>/dev/null | tail -n 1)
 
 pids=()
@@ -30,15 +32,15 @@ trap cleanup INT TERM EXIT
 
 start() {  # name, command...
   local name=$1; shift
-  "$@" >"var/log/$name.log" 2>&1 &
+  "$@" >"$VAR/log/$name.log" 2>&1 &
   pids+=("$!")
-  echo "  $name (pid $!, log var/log/$name.log)"
+  echo "  $name (pid $!, log $VAR/log/$name.log)"
 }
 
 echo "starting fleet:"
 start web $BIN/python manage.py runserver "$BIND:$FLEET_PORT" --noreload
 start control $BIN/celery -A fleet worker -Q control -n "control@%h" --concurrency 2 --loglevel INFO
-start beat $BIN/celery -A fleet beat --loglevel INFO -s var/celerybeat-schedule
+start beat $BIN/celery -A fleet beat --loglevel INFO -s "$VAR/celerybeat-schedule"
 if [ -f scripts/agents.sh ]; then
   # shellcheck source=/dev/null
   source scripts/agents.sh
@@ -54,4 +56,4 @@ fleet is up: http://$BIND:$FLEET_PORT/
 Ctrl-C stops everything.
 MSG
 wait -n "${pids[@]}" || true
-echo "a fleet process exited; see var/log/" >&2
+echo "a fleet process exited; see $VAR/log/" >&2
