@@ -1,19 +1,21 @@
 """The integer program behind the `ilp` policy, built with numpy/scipy and solved by HiGHS.
 
-Variables (all binary):
-- `x[j, s]`: gang `j` goes to slot `s`, a slot being the wholly free GPUs of one node that
-  share model and memory (a gang stays within one node and one GPU kind);
-- `y[j, g]`: fractional job `j` goes to GPU `g` (a partly used GPU, or a wholly free one);
-- `z[g]`: wholly free GPU `g` is opened to fractions, and so is no longer given to gangs.
+Jobs asking for the same resources form a class (gangs: GPU count, model, min memory;
+fractions: memory, compute, model, min memory). Variables:
+- `p[j]` (binary): job `j` is placed; the objective is the sum of placed jobs' values;
+- `x[c, s]` (integer): gangs of class `c` in slot `s`, a slot being the wholly free GPUs of
+  one node that share model and memory (a gang stays within one node and one GPU kind);
+- `y[f, g]` (integer): fractions of class `f` on GPU `g` (partly used, or wholly free);
+- `z[g]` (binary): wholly free GPU `g` is opened to fractions, so no gang gets it.
 
-Rows: each job placed at most once; per slot, gang GPUs plus opened GPUs <= free GPUs; per
-GPU, fractions' memory and compute <= what is free (times `z` for wholly free GPUs); per team
-and per user, GPU equivalents placed <= headroom under the hard limit / user cap.
+Rows: per class, jobs placed = jobs put somewhere; per slot, gang GPUs plus opened GPUs <=
+free GPUs; per GPU, fractions' memory and compute <= what is free (times `z` for wholly
+free GPUs); per team and user, GPU equivalents placed <= headroom under the hard limit or
+the per-user cap.
 
-Reductions: variables exist only for eligible (job, slot/GPU) pairs that fit on their own;
-wholly free GPUs of a slot are interchangeable, so only the first few may be opened, in
-order; identical idle nodes are interchangeable, so the k-th gang (in queue order) that
-could use such a group may only use its first k nodes.
+Reductions: columns only for eligible (class, slot/GPU) pairs where one job fits; only the
+first few wholly free GPUs of a slot may be opened, in index order; identical idle nodes
+are loaded in name order (symmetry).
 """
 
 from __future__ import annotations
@@ -58,6 +60,7 @@ class IlpResult:
     opened: set[tuple[str, int]] = field(default_factory=set)
     n_vars: int = 0
     n_rows: int = 0
+    notes: list[str] = field(default_factory=list)
 
 
 @dataclass
@@ -81,10 +84,6 @@ def _frac_need(job: PendingJob) -> tuple[int, int]:
     return job.gpu_memory_mb or 0, job.gpu_compute_percent or 0
 
 
-def _shape(job: PendingJob) -> tuple[str | None, int | None, bool]:
-    return job.gpu_model, job.min_gpu_memory_mb, job.is_fractional
-
-
 def build_slots(nodes: Sequence[NodeState]) -> tuple[list[Slot], list[GpuState]]:
     """Slots of wholly free GPUs, with a representative GPU of each for eligibility checks."""
     slots: list[Slot] = []
@@ -101,6 +100,28 @@ def build_slots(nodes: Sequence[NodeState]) -> tuple[list[Slot], list[GpuState]]
     return slots, reps
 
 
+def _gang_class(job: PendingJob) -> tuple[int, str | None, int | None]:
+    return job.gpus, job.gpu_model, job.min_gpu_memory_mb
+
+
+def _frac_class(job: PendingJob) -> tuple[int, int, str | None, int | None]:
+    mem, comp = _frac_need(job)
+    return mem, comp, job.gpu_model, job.min_gpu_memory_mb
+
+
+class _Vars:
+    """Columns of the model: upper bounds, integrality and objective, appended in blocks."""
+
+    def __init__(self) -> None:
+        self.upper: list[float] = []
+        self.cost: list[float] = []
+
+    def add(self, upper: float, cost: float = 0.0) -> int:
+        self.upper.append(upper)
+        self.cost.append(cost)
+        return len(self.upper) - 1
+
+
 def solve(
     jobs: Sequence[PendingJob],
     values: Mapping[int, float],
@@ -111,69 +132,65 @@ def solve(
     time_limit: float,
     max_variables: int | None = None,
     relax: bool = False,
+    exact_variables: int | None = None,
 ) -> IlpResult:
-    """Maximise the value of placed jobs. `jobs` come in queue order (used for symmetry).
+    """Maximise the value of placed jobs.
 
-    Status "too_large" when the model would exceed `max_variables` (nothing is solved);
-    `relax=True` solves the LP relaxation (its objective bounds the integer optimum).
+    Jobs asking for the same resources (a class) are interchangeable for capacity, so the
+    placement variables count jobs of a class per slot or GPU, and a binary `p[j]` per job
+    says whether it is placed (value and quotas are per job). Status "too_large" when the
+    model would exceed `max_variables` (nothing is solved); `relax=True` solves the LP
+    relaxation (its objective bounds the integer optimum). Above `exact_variables`
+    (fraction columns over wholly free GPUs), fractions may start only one wholly free GPU
+    per slot, and `notes` says so.
     """
     by_name = {n.name: n for n in nodes}
     slots, reps = build_slots(nodes)
-    gangs = [j for j in jobs if not j.is_fractional]
-    fracs = [j for j in jobs if j.is_fractional]
+    result_notes: list[str] = []
+    cols = _Vars()
+    p_col = {job.id: cols.add(1.0, -values[job.id]) for job in jobs}
 
-    # Eligibility depends on the job's shape (model, min memory), not on the job itself.
-    shape_ok: dict[tuple[tuple[str | None, int | None, bool], int], bool] = {}
+    gang_classes: dict[tuple, list[PendingJob]] = {}
+    frac_classes: dict[tuple, list[PendingJob]] = {}
+    for job in jobs:
+        if job.is_fractional:
+            frac_classes.setdefault(_frac_class(job), []).append(job)
+        else:
+            gang_classes.setdefault(_gang_class(job), []).append(job)
 
-    def slot_ok(job: PendingJob, s: int) -> bool:
-        key = (_shape(job), s)
-        if key not in shape_ok:
-            shape_ok[key] = eligible(job, by_name[slots[s].node], reps[s])
-        return shape_ok[key]
-
-    # Groups of identical idle nodes (same GPU kind and count), in node-name order.
-    groups: dict[tuple[str, int, int], list[int]] = {}
-    for s, slot in enumerate(slots):
-        if slot.idle_node:
-            groups.setdefault((reps[s].model, reps[s].memory_mb, len(slot.indices)), []).append(s)
-    group_of = {s: (key, pos) for key, members in groups.items() for pos, s in enumerate(members)}
-    group_seen: dict[tuple[str, int, int], int] = {}
-
-    x_vars: list[tuple[int, int]] = []  # (job id, slot)
-    slot_sizes = np.array([len(s.indices) for s in slots], dtype=np.int64)
-    for job in gangs:
-        fits = np.nonzero(slot_sizes >= job.gpus)[0]
-        used_groups: set[tuple[str, int, int]] = set()
-        for s in fits.tolist():
-            if not slot_ok(job, s):
-                continue
-            if s in group_of:
-                key, pos = group_of[s]
-                if pos > group_seen.get(key, 0):
-                    continue
-                used_groups.add(key)
-            x_vars.append((job.id, s))
-        for key in used_groups:
-            group_seen[key] = group_seen.get(key, 0) + 1
+    # x[c, s]: how many gangs of class c go to slot s.
+    x_cols: dict[tuple, list[tuple[int, int]]] = {}  # class -> [(slot, column)]
+    slot_load: dict[int, tuple[list[int], list[float]]] = {}
+    for key, members in gang_classes.items():
+        rep_job, k = members[0], members[0].gpus
+        for s, slot in enumerate(slots):
+            fit = len(slot.indices) // k
+            if fit and eligible(rep_job, by_name[slot.node], reps[s]):
+                col = cols.add(float(min(fit, len(members))))
+                x_cols.setdefault(key, []).append((s, col))
+                c, v = slot_load.setdefault(s, ([], []))
+                c.append(col)
+                v.append(float(k))
 
     # GPUs fractions may use: partly used ones with room, and the first few wholly free ones
-    # of each slot (they are interchangeable, so at most one per fractional job is useful).
+    # of each slot (interchangeable, so at most one per fractional job is useful).
     frac_gpus: list[FracGpu] = []
     frac_rep: list[tuple[NodeState, GpuState]] = []
-    if fracs:
-        opened_cap = len(fracs)
+    if frac_classes:
+        opened_cap = sum(len(m) for m in frac_classes.values())
+        whole = sum(min(len(slot.indices), opened_cap) for slot in slots)
+        if exact_variables is not None and whole * len(frac_classes) > exact_variables:
+            # Large fleets: fractions may start one wholly free GPU per slot (best fit does
+            # the same: it fills a started GPU before starting another).
+            opened_cap = 1
+            result_notes.append(
+                "ilp: model reduced: fractions may start at most one wholly free GPU per node"
+            )
         for node in nodes:
             for gpu in node.gpus:
-                if (
-                    not gpu.is_whole_free
-                    and gpu.free_memory_mb > 0
-                    and gpu.free_compute_percent > 0
-                ):
-                    frac_gpus.append(
-                        FracGpu(
-                            node.name, gpu.index, gpu.free_memory_mb, gpu.free_compute_percent, None
-                        )
-                    )
+                mem, comp = min(gpu.free_memory_mb, gpu.memory_mb), gpu.free_compute_percent
+                if not gpu.is_whole_free and mem > 0 and comp > 0:
+                    frac_gpus.append(FracGpu(node.name, gpu.index, mem, comp, None))
                     frac_rep.append((node, gpu))
         for s, slot in enumerate(slots):
             node = by_name[slot.node]
@@ -182,95 +199,90 @@ def solve(
                 gpu = gpu_by_index[index]
                 frac_gpus.append(FracGpu(node.name, index, gpu.memory_mb, FULL_COMPUTE, s))
                 frac_rep.append((node, gpu))
-    y_vars: list[tuple[int, int]] = []  # (job id, frac gpu)
-    if fracs:
+    # y[f, g]: how many fractions of class f go to GPU g.
+    y_cols: dict[tuple, list[tuple[int, int]]] = {}
+    # Every fraction needs >= 1 % compute, so the compute row alone ties y to z.
+    gpu_use: dict[int, list[tuple[int, int, int]]] = {}  # g -> [(col, mem, comp)]
+    if frac_classes:
         g_mem = np.array([g.free_memory_mb for g in frac_gpus], dtype=np.int64)
         g_cmp = np.array([g.free_compute for g in frac_gpus], dtype=np.int64)
-        for job in fracs:
-            mem, cmp_ = _frac_need(job)
-            for g in np.nonzero((g_mem >= mem) & (g_cmp >= cmp_))[0].tolist():
+        for key, members in frac_classes.items():
+            mem, comp = max(key[0], 1), max(key[1], 1)
+            fit = np.minimum(g_mem // mem, g_cmp // comp)
+            for g in np.nonzero(fit > 0)[0].tolist():
                 node, gpu = frac_rep[g]
-                if eligible(job, node, gpu):
-                    y_vars.append((job.id, g))
-    z_gpus = sorted({g for _, g in y_vars if frac_gpus[g].slot is not None})
+                if eligible(members[0], node, gpu):
+                    ub = float(min(int(fit[g]), len(members)))
+                    col = cols.add(ub)
+                    y_cols.setdefault(key, []).append((g, col))
+                    gpu_use.setdefault(g, []).append((col, mem, comp))
+    z_col: dict[int, int] = {}
+    for g in sorted(gpu_use):
+        if frac_gpus[g].slot is not None:
+            z_col[g] = cols.add(1.0)
+            c, v = slot_load.setdefault(frac_gpus[g].slot, ([], []))  # type: ignore[arg-type]
+            c.append(z_col[g])
+            v.append(1.0)
 
-    nx, ny, nz = len(x_vars), len(y_vars), len(z_gpus)
-    n = nx + ny + nz
-    result = IlpResult(status="none", message="", n_vars=n)
+    n = len(cols.upper)
+    result = IlpResult(status="none", message="", n_vars=n, notes=result_notes)
     if max_variables is not None and n > max_variables:
         result.status, result.message = "too_large", f"{n} variables > {max_variables}"
         return result
-    if n == 0:
-        result.status, result.message, result.objective = "optimal", "nothing fits", 0.0
-        return result
-    z_col = {g: nx + ny + k for k, g in enumerate(z_gpus)}
-    job_by_id = {j.id: j for j in jobs}
-    cost = np.zeros(n)
-    cost[: nx + ny] = [-values[jid] for jid, _ in x_vars] + [-values[jid] for jid, _ in y_vars]
 
     rows = _Rows()
-    per_job: dict[int, list[int]] = {}
-    for col, (jid, _) in enumerate(x_vars):
-        per_job.setdefault(jid, []).append(col)
-    for k, (jid, _) in enumerate(y_vars):
-        per_job.setdefault(jid, []).append(nx + k)
-    for cols in per_job.values():
-        if len(cols) > 1:
-            rows.add(cols, [1.0] * len(cols), -np.inf, 1.0)
-
-    # Per slot: gang GPUs + opened GPUs <= wholly free GPUs.
-    slot_cols: dict[int, tuple[list[int], list[float]]] = {}
-    for col, (jid, s) in enumerate(x_vars):
-        c, v = slot_cols.setdefault(s, ([], []))
-        c.append(col)
-        v.append(float(job_by_id[jid].gpus))
-    for g in z_gpus:
-        c, v = slot_cols.setdefault(frac_gpus[g].slot, ([], []))  # type: ignore[arg-type]
-        c.append(z_col[g])
-        v.append(1.0)
-    for s, (c, v) in slot_cols.items():
-        if sum(v) > len(slots[s].indices):
-            rows.add(c, v, -np.inf, float(len(slots[s].indices)))
-
-    # Per GPU: memory and compute of fractions; wholly free GPUs only once opened.
-    gpu_cols: dict[int, list[int]] = {}
-    for k, (_, g) in enumerate(y_vars):
-        gpu_cols.setdefault(g, []).append(k)
-    for g, ks in gpu_cols.items():
+    for classes, placed in ((gang_classes, x_cols), (frac_classes, y_cols)):
+        for key, members in classes.items():
+            where = [col for _, col in placed.get(key, [])]
+            rows.add(
+                where + [p_col[j.id] for j in members],
+                [1.0] * len(where) + [-1.0] * len(members),
+                0.0,
+                0.0,
+            )
+    for s, (c, v) in slot_load.items():
+        rows.add(c, v, -np.inf, float(len(slots[s].indices)))
+    for g, uses in gpu_use.items():
         fg = frac_gpus[g]
-        for need_index, free in ((0, fg.free_memory_mb), (1, fg.free_compute)):
-            needs = [float(_frac_need(job_by_id[y_vars[k][0]])[need_index]) for k in ks]
-            cols = [nx + k for k in ks]
+        c = [u[0] for u in uses]
+        for need_index, free in ((1, fg.free_memory_mb), (2, fg.free_compute)):
+            needs = [float(u[need_index]) for u in uses]
             if fg.slot is None:
-                if sum(needs) > free:
-                    rows.add(cols, needs, -np.inf, float(free))
+                rows.add(c, needs, -np.inf, float(free))
             else:
-                rows.add(cols + [z_col[g]], needs + [-float(free)], -np.inf, 0.0)
-        if fg.slot is not None:
-            rows.add([nx + k for k in ks] + [z_col[g]], [1.0] * len(ks) + [-len(ks)], -np.inf, 0.0)
-    # Open wholly free GPUs of a slot in index order (they are interchangeable).
+                rows.add(c + [z_col[g]], needs + [-float(free)], -np.inf, 0.0)
+    # Symmetry: open a slot's wholly free GPUs in index order; load identical idle nodes in
+    # name order (any plan can be relabelled to satisfy both).
     prev: dict[int, int] = {}
-    for g in z_gpus:
+    for g in sorted(z_col):
         s = frac_gpus[g].slot
         assert s is not None
         if s in prev:
             rows.add([z_col[prev[s]], z_col[g]], [1.0, -1.0], 0.0, np.inf)
         prev[s] = g
+    groups: dict[tuple[str, int, int], list[int]] = {}
+    for s, slot in enumerate(slots):
+        if slot.idle_node:
+            groups.setdefault((reps[s].model, reps[s].memory_mb, len(slot.indices)), []).append(s)
+    for members in groups.values():
+        for a, b in zip(members, members[1:], strict=False):
+            ca, va = slot_load.get(a, ([], []))
+            cb, vb = slot_load.get(b, ([], []))
+            if cb:
+                rows.add(ca + cb, va + [-x for x in vb], 0.0, np.inf)
 
     # Quotas: team hard limits and per-user caps, in GPU equivalents.
-    groups_q: dict[tuple[str, object], tuple[list[int], list[float], float]] = {}
-    for col, jid in enumerate([jid for jid, _ in x_vars] + [jid for jid, _ in y_vars]):
-        job = job_by_id[jid]
+    quota_rows: dict[tuple[str, object], tuple[list[int], list[float], float]] = {}
+    for job in jobs:
         for key, room in (
             (("team", job.team), team_headroom.get(job.team)),
             (("user", (job.team, job.user)), user_headroom.get((job.team, job.user))),
         ):
-            if room is None:
-                continue
-            c, v, _ = groups_q.setdefault(key, ([], [], room))
-            c.append(col)
-            v.append(job.gpu_equivalent)
-    for c, v, room in groups_q.values():
+            if room is not None:
+                c, v, _ = quota_rows.setdefault(key, ([], [], room))
+                c.append(p_col[job.id])
+                v.append(job.gpu_equivalent)
+    for c, v, room in quota_rows.values():
         rows.add(c, v, -np.inf, float(room))
 
     result.n_rows = len(rows.lower)
@@ -282,9 +294,9 @@ def solve(
         ).tocsr()
         constraints.append(LinearConstraint(matrix, np.array(rows.lower), np.array(rows.upper)))
     res = milp(
-        cost,
+        np.array(cols.cost),
         integrality=np.zeros(n) if relax else np.ones(n),
-        bounds=Bounds(np.zeros(n), np.ones(n)),
+        bounds=Bounds(np.zeros(n), np.array(cols.upper)),
         constraints=constraints,
         options={"time_limit": max(float(time_limit), 0.0), "disp": False},
     )
@@ -297,15 +309,23 @@ def solve(
     result.objective = -float(res.fun)
     if relax:
         return result
-    chosen = res.x > 0.5
-    for col in np.nonzero(chosen[:nx])[0].tolist():
-        jid, s = x_vars[col]
-        result.gangs[jid] = slots[s]
-    for k in np.nonzero(chosen[nx : nx + ny])[0].tolist():
-        jid, g = y_vars[k]
-        result.fractions[jid] = (frac_gpus[g].node, frac_gpus[g].index)
-        if frac_gpus[g].slot is not None:
-            result.opened.add((frac_gpus[g].node, frac_gpus[g].index))
+    x = np.rint(res.x).astype(np.int64)
+    placed = {jid for jid, col in p_col.items() if x[col] > 0}
+    for key, members in gang_classes.items():
+        queue = [j.id for j in members if j.id in placed]
+        for s, col in x_cols.get(key, []):
+            for _ in range(int(x[col])):
+                if queue:
+                    result.gangs[queue.pop(0)] = slots[s]
+    for key, members in frac_classes.items():
+        queue = [j.id for j in members if j.id in placed]
+        for g, col in y_cols.get(key, []):
+            for _ in range(int(x[col])):
+                if queue:
+                    fg = frac_gpus[g]
+                    result.fractions[queue.pop(0)] = (fg.node, fg.index)
+                    if fg.slot is not None:
+                        result.opened.add((fg.node, fg.index))
     return result
 
 

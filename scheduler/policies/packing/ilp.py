@@ -9,7 +9,8 @@ keeps the greedy plan when that is worth more than an unfinished solve.
 
 Settings (snapshot.settings or constructor keywords; the `ilp_` prefix may be dropped in
 keywords): `ilp_time_limit` (s, default 1), `ilp_max_jobs` (2000), `ilp_max_nodes` (200),
-`ilp_max_variables` (600000), plus the value weights of `_values`.
+`ilp_max_variables` (600000), `ilp_exact_variables` (20000: above it fractions may start
+only one wholly free GPU per node), plus the value weights of `_values`.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ _DEFAULTS = {
     "ilp_max_jobs": 2000,
     "ilp_max_nodes": 200,
     "ilp_max_variables": 600_000,
+    "ilp_exact_variables": 20_000,
 }
 _EPS = 1e-6
 
@@ -68,11 +70,8 @@ class IlpPolicy:
         greedy_plan = self._greedy(snapshot)
         greedy_value = sum(values[p.job_id] for p in greedy_plan[0])
 
-        probe = FreeCapacity.from_snapshot(snapshot)
-        probe_ledger = QuotaLedger.from_snapshot(snapshot)
-        # Jobs that cannot start even alone (no room, or over quota) stay out of the model.
-        jobs = [j for j in order if probe_ledger.check(j) is None and probe.best_fit(j)]
-        nodes = [n for n in snapshot.nodes if n.schedulable]
+        model = self.model_inputs(snapshot, values)
+        jobs, nodes = model["jobs"], model["nodes"]
         self.last = None
         max_jobs = int(self._setting(snapshot, "ilp_max_jobs"))
         max_nodes = int(self._setting(snapshot, "ilp_max_nodes"))
@@ -86,16 +85,11 @@ class IlpPolicy:
             return self._fallback(snapshot, greedy_plan, order, None)
 
         time_limit = float(self._setting(snapshot, "ilp_time_limit"))
-        teams, users = _headroom(snapshot, probe_ledger, jobs)
         result = solve(
-            jobs,
-            values,
-            nodes,
-            probe.eligible,
-            teams,
-            users,
-            time_limit,
+            **model,
+            time_limit=time_limit,
             max_variables=int(self._setting(snapshot, "ilp_max_variables")),
+            exact_variables=int(self._setting(snapshot, "ilp_exact_variables")),
         )
         self.last = result
         if result.status == "too_large":
@@ -107,7 +101,7 @@ class IlpPolicy:
 
         cap = FreeCapacity.from_snapshot(snapshot)
         ledger = QuotaLedger.from_snapshot(snapshot)
-        notes: list[str] = []
+        notes: list[str] = list(result.notes)
         places = self._map(result, {n.name: n for n in nodes}, cap, ledger, order, notes)
         placed = {p.job_id for p in places}
         rest = [j for j in greedy_order(snapshot.pending) if j.id not in placed]
@@ -122,6 +116,25 @@ class IlpPolicy:
             why = f"greedy is worth {greedy_value:.2f}, the solver's best {ilp_value:.2f}"
             return self._fallback(snapshot, greedy_plan, order, why)
         return finish_plan(self.name, snapshot, cap, ledger, places, order, notes)
+
+    @staticmethod
+    def model_inputs(snapshot: Snapshot, values: dict[int, float]) -> dict[str, Any]:
+        """Keyword arguments of `_ilp_model.solve` (less limits) for this snapshot: the jobs
+        that could start on their own (room and quota), in value order, and the
+        schedulable nodes."""
+        cap = FreeCapacity.from_snapshot(snapshot)
+        ledger = QuotaLedger.from_snapshot(snapshot)
+        order = value_order(snapshot.pending, values)
+        jobs = [j for j in order if ledger.check(j) is None and cap.best_fit(j) is not None]
+        teams, users = _headroom(snapshot, ledger, jobs)
+        return {
+            "jobs": jobs,
+            "values": values,
+            "nodes": [n for n in snapshot.nodes if n.schedulable],
+            "eligible": cap.eligible,
+            "team_headroom": teams,
+            "user_headroom": users,
+        }
 
     @staticmethod
     def _map(
