@@ -57,8 +57,12 @@ class Evaluator:
         cap: FreeCapacity,
         room: QuotaLedger,
         penalty: float,
+        tail: Sequence[PendingJob] = (),
     ) -> None:
         self.jobs = list(jobs)
+        # Decoded after each order, in its own fixed order: a search over the head is
+        # scored by the whole plan it leads to.
+        self.tail = list(tail)
         self.values = values
         self.cap = cap
         self.room = room
@@ -67,20 +71,21 @@ class Evaluator:
         self._cache: dict[tuple[int, ...], float] = {}
         self._sizes = {name: len(cap.node_gpus(name)) for name in cap.node_names()}
         self._base: dict[str, int] = {}
-        self._by_id = {j.id: j for j in self.jobs}
+        self._by_id = {j.id: j for j in self.jobs + self.tail}
 
     def _frag(self, node: str) -> int:
         return node_fragmentation(self.cap, node, self._sizes[node])
 
     def fitness(self, perm: Sequence[int]) -> float:
         """Placed value minus penalty x added fragmentation, for jobs in order `perm`
-        (positions into `jobs`). Capacity and quota are left as they were."""
+        (positions into `jobs`) then the tail. Capacity and quota are left as they were."""
         key = tuple(perm)
         cached = self._cache.get(key)
         if cached is not None:
             return cached
         self.evaluations += 1
         places = self.decode(key)
+        places += place_in_order(self.tail, self.cap, self.room, "best fit")
         value = sum(self.values[p.job_id] for p in places)
         touched = {p.node for p in places}
         frag_after = sum(self._frag(node) for node in touched)

@@ -59,12 +59,15 @@ class SearchPolicy:
         notes: list[str] = []
         if len(placeable) > limit:
             notes.append(
-                f"{self.name}: searched the {limit} most valuable of {len(placeable)} jobs that "
-                "fit now; the rest got best fit in priority order"
+                f"{self.name}: searched orders of the {limit} most valuable of {len(placeable)} "
+                "jobs that fit now; the rest get best fit after them, in priority order"
             )
         head = greedy_order(placeable[:limit])
+        # The next jobs by value complete each trial plan, so that an order of the head is
+        # judged by what it leaves for them; beyond those, jobs only get best fit at the end.
+        tail = greedy_order(placeable[limit : 3 * limit])
         penalty = float(setting(self.params, snapshot, "fragmentation_penalty"))
-        evaluator = Evaluator(head, values, cap, ledger, penalty)
+        evaluator = Evaluator(head, values, cap, ledger, penalty, tail)
         rng = random.Random(self.seed)
         best = self.search(evaluator.fitness, len(head), rng, snapshot) if head else []
         self.last_evaluations = evaluator.evaluations

@@ -3,10 +3,10 @@
 Starts from greedy's order; a move swaps two jobs or moves one; a worse order is accepted
 with probability exp(delta / T), T cooling geometrically from `annealing_t0` times the mean
 job value to 1 % of that over `annealing_iterations` moves. The best order seen is kept,
-so the result is never worse than greedy on the jobs searched. Deterministic for a seed.
+and greedy's plan is kept if it is worth more. Deterministic for a seed.
 
 Settings (snapshot.settings, or constructor keywords with or without the `annealing_`
-prefix): `annealing_iterations` (500), `annealing_t0` (0.5), `annealing_max_jobs` (40),
+prefix): `annealing_iterations` (300), `annealing_t0` (0.5), `annealing_max_jobs` (40),
 plus `fragmentation_penalty` and the value weights of `_values`.
 """
 
@@ -23,7 +23,7 @@ from scheduler.policies.packing._values import job_values
 
 class AnnealingPolicy(SearchPolicy):
     name = "annealing"
-    _defaults = {"iterations": 500, "t0": 0.5, "max_jobs": 40}
+    _defaults = {"iterations": 300, "t0": 0.5, "max_jobs": 40}
 
     def search(
         self, fitness: Callable[[Perm], float], size: int, rng: random.Random, snapshot: Snapshot

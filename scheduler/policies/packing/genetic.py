@@ -1,7 +1,7 @@
 """`genetic`: a genetic algorithm over job orders, each decoded by the greedy placer.
 
 Permutation encoding; the first population holds greedy's own order, so the result is
-never worse than greedy on the jobs searched. Tournament selection, order crossover,
+never worse than greedy's (kept if worth more). Tournament selection, order crossover,
 swap/move mutation and elitism; stops after `genetic_generations` generations or
 `genetic_patience` generations without improvement. Deterministic for a given `seed`.
 

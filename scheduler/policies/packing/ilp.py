@@ -108,9 +108,11 @@ class IlpPolicy:
         places += place_in_order(rest, cap, ledger, "best fit after ilp")
         ilp_value = sum(values[p.job_id] for p in places)
         if result.status == "feasible":
-            gap = f"{result.mip_gap:.1%}" if result.mip_gap is not None else "unknown"
+            bound = result.dual_bound
+            gap = f"{(bound - ilp_value) / bound:.1%}" if bound else "unknown"
             notes.append(
-                f"ilp: time limit of {time_limit:g} s hit; kept the best solution found (gap {gap})"
+                f"ilp: time limit of {time_limit:g} s hit; kept the best solution found and "
+                f"filled what was left by best fit (within {gap} of the solver's bound)"
             )
         if greedy_value > ilp_value + _EPS:
             why = f"greedy is worth {greedy_value:.2f}, the solver's best {ilp_value:.2f}"

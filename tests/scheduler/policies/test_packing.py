@@ -240,4 +240,4 @@ def test_order_search_caps_the_jobs_it_searches_and_says_so(name: str) -> None:
     snapshot = _busy_fleet(seed=6)
     plan = get_policy(name, seed=2, max_jobs=5).schedule(snapshot)
     check_plan(snapshot, plan)
-    assert any("searched the 5 most valuable" in n for n in plan.notes)
+    assert any("searched orders of the 5 most valuable" in n for n in plan.notes)
