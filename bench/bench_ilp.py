@@ -17,6 +17,7 @@ import random
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -73,7 +74,7 @@ def contended_fleet(pending: int, nodes: int, seed: int) -> Snapshot:
         fleet.append(NodeState(f"n{n:03d}", tuple(gpus)))
     jobs = []
     for j in range(pending):
-        common = {
+        common: dict[str, Any] = {
             "team": rng.choice(TEAMS),
             "user": f"u{rng.randrange(12)}",
             "submitted_at": float(rng.randrange(0, 86400)),
@@ -148,7 +149,7 @@ def run(pending: int, nodes: int, time_limit: float, seed: int) -> None:
             print(f"           plan's gap to HiGHS dual bound {(dual - v_ilp) / dual:.4%}")
 
     for name in ("genetic", "annealing"):
-        search = get_policy(name, seed=seed)
+        search: Any = get_policy(name, seed=seed)
         plan, t_search = _timed(lambda search=search: search.schedule(snapshot))
         v = _value(plan, values)
         print(f"{name:10} {t_search * 1000:8.1f} ms  value {v:9.2f}  placed {len(plan.places)}"

@@ -255,17 +255,17 @@ def solve(
     # name order (any plan can be relabelled to satisfy both).
     prev: dict[int, int] = {}
     for g in sorted(z_col):
-        s = frac_gpus[g].slot
-        assert s is not None
-        if s in prev:
-            rows.add([z_col[prev[s]], z_col[g]], [1.0, -1.0], 0.0, np.inf)
-        prev[s] = g
+        owner = frac_gpus[g].slot
+        assert owner is not None
+        if owner in prev:
+            rows.add([z_col[prev[owner]], z_col[g]], [1.0, -1.0], 0.0, np.inf)
+        prev[owner] = g
     groups: dict[tuple[str, int, int], list[int]] = {}
     for s, slot in enumerate(slots):
         if slot.idle_node:
             groups.setdefault((reps[s].model, reps[s].memory_mb, len(slot.indices)), []).append(s)
-    for members in groups.values():
-        for a, b in zip(members, members[1:], strict=False):
+    for same in groups.values():
+        for a, b in zip(same, same[1:], strict=False):
             ca, va = slot_load.get(a, ([], []))
             cb, vb = slot_load.get(b, ([], []))
             if cb:
@@ -310,15 +310,15 @@ def solve(
     if relax:
         return result
     x = np.rint(res.x).astype(np.int64)
-    placed = {jid for jid, col in p_col.items() if x[col] > 0}
+    chosen = {jid for jid, col in p_col.items() if x[col] > 0}
     for key, members in gang_classes.items():
-        queue = [j.id for j in members if j.id in placed]
+        queue = [j.id for j in members if j.id in chosen]
         for s, col in x_cols.get(key, []):
             for _ in range(int(x[col])):
                 if queue:
                     result.gangs[queue.pop(0)] = slots[s]
     for key, members in frac_classes.items():
-        queue = [j.id for j in members if j.id in placed]
+        queue = [j.id for j in members if j.id in chosen]
         for g, col in y_cols.get(key, []):
             for _ in range(int(x[col])):
                 if queue:

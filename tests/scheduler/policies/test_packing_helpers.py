@@ -8,6 +8,8 @@ per-user caps) and the packing-specific ones.
 
 from __future__ import annotations
 
+from typing import Any
+
 from hypothesis import strategies as st
 
 from scheduler.core.model import (
@@ -45,16 +47,16 @@ def plan_value(plan: Plan, values: dict[int, float]) -> float:
     return sum(values[p.job_id] for p in plan.places)
 
 
-def gang(job_id: int, gpus: int, **kw: object) -> PendingJob:
-    base: dict[str, object] = {"team": "t", "user": "u", "submitted_at": 0.0, "time_limit": 3600.0}
+def gang(job_id: int, gpus: int, **kw: Any) -> PendingJob:
+    base: dict[str, Any] = {"team": "t", "user": "u", "submitted_at": 0.0, "time_limit": 3600.0}
     base.update(kw)
-    return PendingJob(id=job_id, gpus=gpus, **base)  # type: ignore[arg-type]
+    return PendingJob(id=job_id, gpus=gpus, **base)
 
 
-def fraction(job_id: int, memory_mb: int, compute: int, **kw: object) -> PendingJob:
-    base: dict[str, object] = {"team": "t", "user": "u", "submitted_at": 0.0, "time_limit": 3600.0}
+def fraction(job_id: int, memory_mb: int, compute: int, **kw: Any) -> PendingJob:
+    base: dict[str, Any] = {"team": "t", "user": "u", "submitted_at": 0.0, "time_limit": 3600.0}
     base.update(kw)
-    return PendingJob(  # type: ignore[arg-type]
+    return PendingJob(
         id=job_id, gpus=0, gpu_memory_mb=memory_mb, gpu_compute_percent=compute, **base
     )
 
