@@ -54,6 +54,11 @@ def _parser() -> argparse.ArgumentParser:
         choices=("none", "equal"),
         help="equal: every team is guaranteed an equal share of the GPUs",
     )
+    p.add_argument(
+        "--skip-when-full",
+        action="store_true",
+        help="skip cycles while no pending job fits anywhere (exact for non-preempting runs)",
+    )
     p.add_argument("--no-predict", action="store_true", help="do not use the runtime predictor")
     p.add_argument(
         "--setting",
@@ -143,6 +148,7 @@ def main(argv: list[str] | None = None) -> int:
         restart_overhead=args.restart_overhead,
         checkpointing=args.checkpointing,
         settings=_settings(args.setting),
+        skip_when_full=args.skip_when_full,
         team_guaranteed=(
             equal_guarantees(jobs, cluster.total_gpus) if args.guarantee == "equal" else {}
         ),

@@ -119,9 +119,10 @@ def simulate(
         if t == math.inf:
             break
         news = state.advance(t)
-        applied = driver.cycle(state) if state.pending else 0
+        skip = config.skip_when_full and not state.could_place()
+        applied = driver.cycle(state) if state.pending and not skip else 0
         if state.pending:
-            cycles += 1
+            cycles += 0 if skip else 1
             last_cycle = state.now
         if applied:
             state._record()

@@ -19,7 +19,7 @@ from scheduler.sim.state import SimConfig
 # simulated state directly (the oracle sees true runtimes; no production cycle can).
 SIM_DRIVERS: dict[str, str] = {
     "srpt-oracle": "scheduler.sim.oracle:SrptOracle",
-    "rl-lookahead": "scheduler.rl.baseline:LookaheadDriver",
+    "rl-cem": "scheduler.rl.baseline:CemDriver",
 }
 ORACLE = "srpt-oracle"
 BASELINE = "fcfs"
@@ -60,7 +60,7 @@ def run_one(
     params: dict[str, Any] | None = None,
 ) -> tuple[SimResult, dict[str, Any]]:
     driver = make_driver(name, seed=seed, params=params)
-    predictor = make_predictor() if predict and name not in SIM_DRIVERS else None
+    predictor = make_predictor() if predict and name != ORACLE else None
     result = simulate(jobs, cluster, driver, config, predictor=predictor, progress=progress)
     return result, compute_metrics(result)
 

@@ -50,6 +50,10 @@ class SimConfig:
     # guarantee reclaim GPUs from teams borrowing beyond theirs. Empty: no guarantees.
     team_guaranteed: Mapping[str, int] = field(default_factory=dict)
     record_timeline: bool = True
+    # Skip a cycle when no pending job could fit anywhere (smallest gang > largest free
+    # block). Exact for policies whose plans could only preempt then and never do (no team
+    # guarantees, no QoS preemption, no las); off by default.
+    skip_when_full: bool = False
 
 
 @dataclass(slots=True, eq=False)
@@ -89,6 +93,7 @@ class SimState:
         self._next_arrival = 0
         self._ends: list[tuple[float, int, int]] = []  # (time, job id, attempt)
         self.pending: dict[int, PendingJob] = {}
+        self._sizes: dict[int, int] = {}  # pending count per GPU request (0: fractional)
         self.running: dict[int, RunningJob] = {}
         self._nodes: dict[str, NodeState] = {n.name: n for n in cluster.node_states()}
         # Per GPU [free memory, free compute]; per node the count of wholly free GPUs.
@@ -158,7 +163,7 @@ class SimState:
             if self.predictor is not None:
                 run.predicted = self.predictor.predict(spec)
             run.state = "pending"
-            self.pending[spec.id] = self._pending_job(run)
+            self._queue(run)
             happened = True
         if happened:
             self.events += 1
@@ -179,6 +184,27 @@ class SimState:
         run.state = "rejected"
         self.rejected.append(f"job {spec.id}: {why}")
         return True
+
+    def _queue(self, run: JobRun) -> None:
+        g = run.spec.gpus
+        self._sizes[g] = self._sizes.get(g, 0) + 1
+        self.pending[run.spec.id] = self._pending_job(run)
+
+    def _unqueue(self, job_id: int) -> None:
+        g = self.pending.pop(job_id).gpus
+        left = self._sizes[g] - 1
+        if left:
+            self._sizes[g] = left
+        else:
+            del self._sizes[g]
+
+    def could_place(self) -> bool:
+        """Whether some pending job might fit now (a cheap necessary condition)."""
+        if not self._sizes:
+            return False
+        if 0 in self._sizes:
+            return True
+        return min(self._sizes) <= max(self.free_whole.values(), default=0)
 
     def _record(self) -> None:
         if self.config.record_timeline:
@@ -229,7 +255,7 @@ class SimState:
             return why
         spec = run.spec
         self._take(spec, node, gpu_indices, -1)
-        del self.pending[job_id]
+        self._unqueue(job_id)
         run.state = "running"
         run.attempt += 1
         run.started_at = self.now
@@ -288,7 +314,7 @@ class SimState:
             run.overhead = self.config.restart_overhead
         if requeue and (free or self._requeueable(run)):
             run.state = "pending"
-            self.pending[job_id] = self._pending_job(run)
+            self._queue(run)
         else:
             run.state = "killed"
             run.finish = self.now
@@ -417,5 +443,5 @@ class SimState:
         for job_id in ids:
             run = self.jobs[job_id]
             run.state = "unschedulable"
-            del self.pending[job_id]
+            self._unqueue(job_id)
         return len(ids)

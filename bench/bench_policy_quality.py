@@ -1,0 +1,118 @@
+"""Policy quality on the Philly trace: every policy, the same jobs, ratios to FIFO and oracle.
+
+Recipe: drop jobs over 8 GPUs, sort by submit; windows of 2,000 consecutive jobs starting at
+jobs 0, 20,000 and 40,000; each shifted to start at 0 with arrivals scaled so the offered
+load (GPU-seconds / (GPUs x span)) is 70% of the cluster; time limits from the seeded
+over-asking model (median 2x); preemption costs a 60 s restart and loses progress.
+Scenarios: 8x8 GPUs at 70%, 8x8 at 90%, 64x8 at 70% (load relative to that cluster).
+
+    nice .venv/bin/python bench/bench_policy_quality.py            # everything (long)
+    .venv/bin/python bench/bench_policy_quality.py --quick         # 1 window, 500 jobs
+    .venv/bin/python bench/bench_policy_quality.py --policies fcfs,sjf --scenarios 8x8@0.7
+Prints figures; --json FILE also saves them. Not a test.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT))
+
+from scheduler.sim.cluster import parse_cluster  # noqa: E402
+from scheduler.sim.runner import all_names, run_many  # noqa: E402
+from scheduler.sim.sources import load_philly  # noqa: E402
+from scheduler.sim.state import SimConfig  # noqa: E402
+from scheduler.sim.transform import prepare  # noqa: E402
+
+TRACE = Path("/work/shared/traces/philly.csv")
+SCENARIOS = {
+    "8x8@0.7": ("8x8xV100", 0.7),
+    "8x8@0.9": ("8x8xV100", 0.9),
+    "64x8@0.7": ("64x8xV100", 0.7),
+}
+REALISTIC_EXCLUDE = {"srpt-oracle"}
+
+
+def main() -> None:
+    p = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    p.add_argument("--trace", default=str(TRACE))
+    p.add_argument("--starts", default="0,20000,40000")
+    p.add_argument("--size", type=int, default=2000)
+    p.add_argument("--scenarios", default=",".join(SCENARIOS))
+    p.add_argument("--policies", default="all")
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--quick", action="store_true", help="first window only, 500 jobs, 8x8@0.7")
+    p.add_argument("--json", help="also write all figures here")
+    a = p.parse_args()
+    if a.quick:
+        a.starts, a.size, a.scenarios = "0", 500, "8x8@0.7"
+    names = all_names() if a.policies == "all" else a.policies.split(",")
+    t0 = time.perf_counter()
+    raw = load_philly(a.trace)
+    raw = [j for j in raw if j.gpus <= 8]  # the recipe drops them before choosing windows
+    print(f"trace: {len(raw)} jobs of at most 8 GPUs ({time.perf_counter() - t0:.1f} s to load)")
+    everything: dict = {}
+    summary = []
+    for scen in a.scenarios.split(","):
+        spec, load = SCENARIOS[scen]
+        cluster = parse_cluster(spec)
+        for start in (int(s) for s in a.starts.split(",")):
+            jobs, rep = prepare(
+                raw,
+                total_gpus=cluster.total_gpus,
+                max_node_gpus=8,
+                window=f"{start}:{start + a.size}",
+                load=load,
+                seed=a.seed,
+            )
+            config = SimConfig(cycle_interval=60.0, restart_overhead=60.0)
+            t1 = time.perf_counter()
+            metrics, _ = run_many(names, jobs, cluster, config, seed=a.seed)
+            key = f"{scen} window {start}"
+            everything[key] = metrics
+            print(
+                f"\n== {key}: {len(jobs)} jobs, {cluster.total_gpus} GPUs, offered load "
+                f"{rep.offered_load:.2f}, arrivals x{rep.arrival_scale:.2f} "
+                f"({time.perf_counter() - t1:.0f} s)"
+            )
+            print(
+                f"{'policy':<12}{'avg JCT':>11}{'p99 JCT':>11}{'avg wait':>10}{'util':>6}"
+                f"{'preempt':>8}{'jain':>6}{'/fcfs':>7}{'/oracle':>8}{'pred err':>9}{'wall s':>7}"
+            )
+            for name, m in metrics.items():
+                if "error" in m:
+                    print(f"{name:<12} error: {m['error']}")
+                    continue
+                vf = (m.get("vs_fcfs") or {}).get("jct_avg")
+                vo = (m.get("vs_oracle") or {}).get("jct_avg")
+                pe = m.get("prediction_mare")
+                print(
+                    f"{name:<12}{m['jct_avg']:>11,.0f}{m['jct_p99']:>11,.0f}"
+                    f"{m['queue_avg']:>10,.0f}{m['utilization']:>6.2f}{m['preemptions']:>8}"
+                    f"{m['jain_slowdown']:>6.2f}{vf or 0:>7.3f}{vo or 0:>8.3f}"
+                    f"{(pe if pe is not None else float('nan')):>9.2f}{m['wall_seconds']:>7.1f}"
+                )
+            ok = {n: m for n, m in metrics.items() if "error" not in m}
+            real = {n: m for n, m in ok.items() if n not in REALISTIC_EXCLUDE}
+            if real and "srpt-oracle" in ok and "fcfs" in ok:
+                best = min(real, key=lambda n: real[n]["jct_avg"])
+                r_or = real[best]["jct_avg"] / ok["srpt-oracle"]["jct_avg"]
+                r_ff = ok["fcfs"]["jct_avg"] / real[best]["jct_avg"]
+                summary.append((key, best, r_or, r_ff))
+                print(f"best realistic: {best}, {r_or:.2f}x oracle; fcfs / best = {r_ff:.2f}x")
+    if summary:
+        print("\n== summary (target: best <= 1.25x oracle on 64-GPU 70% windows; fcfs/best >= 3x)")
+        for key, best, r_or, r_ff in summary:
+            print(f"{key:<24} best {best:<10} {r_or:6.2f}x oracle   fcfs/best {r_ff:8.2f}x")
+    print(f"\ntotal {time.perf_counter() - t0:.0f} s")
+    if a.json:
+        Path(a.json).write_text(json.dumps(everything, indent=1, default=str))
+
+
+if __name__ == "__main__":
+    main()
