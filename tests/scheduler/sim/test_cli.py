@@ -1,0 +1,92 @@
+"""The command line on the committed Philly sample, as a user would call it."""
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[3]
+
+METRICS = (
+    "jct_avg",
+    "jct_p50",
+    "jct_p95",
+    "jct_p99",
+    "queue_avg",
+    "queue_p50",
+    "queue_p95",
+    "queue_p99",
+    "makespan",
+    "utilization",
+    "preemptions",
+    "lost_gpu_seconds",
+    "jain_slowdown",
+    "ftf_rho_avg",
+    "ftf_rho_max",
+    "prediction_mare",
+    "bound_jct_avg",
+    "bound_makespan",
+    "jct_vs_bound",
+    "makespan_vs_bound",
+)
+
+
+def cli(*args):
+    return subprocess.run(
+        [sys.executable, "-m", "scheduler.sim", *args],
+        cwd=ROOT,
+        capture_output=True,
+        text=True,
+        timeout=240,
+    )
+
+
+def test_json_output_has_every_metric_and_oracle_ratios(sample_path, tmp_path):
+    html = tmp_path / "report.html"
+    proc = cli(
+        "--trace",
+        str(sample_path),
+        "--format",
+        "philly",
+        "--cluster",
+        "2x8xV100",
+        "--policy",
+        "fcfs,sjf,srpt-oracle",
+        "--load",
+        "0.8",
+        "--seed",
+        "3",
+        "--json",
+        "--html",
+        str(html),
+    )
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["prep"]["dropped_oversize"] == 3 and data["prep"]["kept"] == 297
+    for name in ("fcfs", "sjf", "srpt-oracle"):
+        m = data["policies"][name]
+        missing = [k for k in METRICS if k not in m]
+        assert not missing, (name, missing)
+        assert m["finished"] == 297
+        assert m["jct_vs_bound"] >= 1.0
+        assert set(m["vs_oracle"]) >= {"jct_avg", "makespan"}
+    assert data["policies"]["srpt-oracle"]["vs_oracle"]["jct_avg"] == 1.0
+    assert data["policies"]["fcfs"]["prediction_mare"] is not None
+    page = html.read_text()
+    assert "JCT CDF" in page and "Queue length" in page and "plotly" in page.lower()
+    # Self-contained: plotly.js is inlined (megabytes), no script is fetched from a CDN.
+    assert 'src="http' not in page and len(page) > 1_000_000
+
+
+def test_table_output_and_window(sample_path):
+    proc = cli("--trace", str(sample_path), "--policy", "fcfs", "--window", "0:50", "--quiet")
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.splitlines()[0].startswith("policy")
+    assert "fcfs" in proc.stdout
+
+
+def test_bad_cluster_and_policy_are_explained(sample_path):
+    proc = cli("--trace", str(sample_path), "--cluster", "8x8", "--quiet")
+    assert proc.returncode != 0 and "NODESxGPUSxMODEL" in proc.stderr
+    proc = cli("--trace", str(sample_path), "--policy", "nope", "--quiet")
+    assert proc.returncode != 0 and "unknown policy nope" in proc.stderr
