@@ -8,6 +8,7 @@
 - Reward: minus the slowdown accrued while time advances: each second, every job in the
   system adds 1 / max(runtime, 10 s), so an episode's return is minus the total bounded
   slowdown. The reward uses true runtimes (the simulator knows them); the observation does not.
+  Waiting when no arrival or completion is left truncates the episode.
 - Episodes: one job list from start to finish. With `jobs=None` each reset generates a new
   Philly-like list from the reset seed.
 
@@ -140,11 +141,14 @@ class SchedulingEnv(gym.Env):
             choice = best_fit(s, spec)
             if choice is not None:
                 placed = s.start(spec.id, *choice) is None
+        stalled = not placed and s.next_event_time() == math.inf
         if not placed or not self._can_act():
             reward += self._advance()
         done = self._done()
+        # Waiting with nothing left to happen would never end: the episode is cut short.
+        truncated = stalled and not done
         info: dict[str, Any] = {"placed": placed, "now": s.now}
         if done:
             result = SimResult(policy="rl-env", state=s, wall_seconds=0.0, cycles=0)
             info["metrics"] = compute_metrics(result)
-        return self._obs(), reward, done, False, info
+        return self._obs(), reward, done, truncated, info

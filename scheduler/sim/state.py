@@ -29,13 +29,11 @@ from scheduler.core.model import (
     PendingJob,
     RunningJob,
     Snapshot,
-    TeamState,
 )
 from scheduler.core.usage import DEFAULT_HALF_LIFE
 from scheduler.sim.cluster import ClusterSpec
 from scheduler.sim.jobs import JobSpec
-
-LN2 = math.log(2)
+from scheduler.sim.usage import TeamUsage
 
 
 @dataclass(slots=True)
@@ -108,12 +106,9 @@ class SimState:
         self.total_gpus = cluster.total_gpus
         self.busy_gpus = 0.0
         teams = sorted({j.team for j in jobs})
-        self._team_usage = {t: 0.0 for t in teams}
-        self._team_running = {t: 0.0 for t in teams}
-        self._team_clock = {t: 0.0 for t in teams}
-        self._guaranteed = dict(config.team_guaranteed)
         self._settings = MappingProxyType(dict(config.settings))
-        self._half_life = float(self._settings.get("fairshare_half_life", DEFAULT_HALF_LIFE))
+        half_life = float(self._settings.get("fairshare_half_life", DEFAULT_HALF_LIFE))
+        self.usage = TeamUsage(teams, half_life, config.team_guaranteed)
         self.timeline: list[tuple[float, float, int, int]] = []
         self.invalid_decisions: list[str] = []
         self.predictor: Any = None  # optional: .predict(spec) -> float | None, .observe(spec, s)
@@ -264,7 +259,7 @@ class SimState:
             run.first_start = self.now
         run.ends_at = self.now + run.overhead + run.remaining_work
         heapq.heappush(self._ends, (run.ends_at, job_id, run.attempt))
-        self._team_change(spec.team, spec.gpu_equivalent)
+        self.usage.change(spec.team, spec.gpu_equivalent, self.now)
         self.busy_gpus += spec.gpu_equivalent
         self.running[job_id] = RunningJob(
             id=job_id,
@@ -341,7 +336,7 @@ class SimState:
         run.busy_gpu_seconds += ran * g
         run.attained += ran * g
         self._take(spec, run.node, run.gpu_indices, +1)
-        self._team_change(spec.team, -g)
+        self.usage.change(spec.team, -g, self.now)
         self.busy_gpus -= g
         del self.running[run.spec.id]
         run.ends_at = math.inf
@@ -361,25 +356,6 @@ class SimState:
             is_whole = cell[0] >= gpus[i].memory_mb and cell[1] >= FULL_COMPUTE
             self.free_whole[node] += int(is_whole) - int(was_whole)
         self._dirty.add(node)
-
-    # -- team usage (decayed GPU-seconds for fair-share) -----------------------------------
-    # Exact for a constant number of GPUs between changes: u' = u d + r (h / ln 2)(1 - d),
-    # d = 2^(-dt/h); the half-life is the settings key "fairshare_half_life" as in production.
-
-    def _accrue(self, team: str) -> None:
-        dt = self.now - self._team_clock[team]
-        if dt <= 0:
-            return
-        h = max(self._half_life, 1e-9)
-        decay = 2.0 ** (-dt / h)
-        self._team_usage[team] = self._team_usage[team] * decay + self._team_running[team] * (
-            h / LN2
-        ) * (1 - decay)
-        self._team_clock[team] = self.now
-
-    def _team_change(self, team: str, delta: float) -> None:
-        self._accrue(team)
-        self._team_running[team] += delta
 
     # -- what a policy sees ------------------------------------------------------------------
 
@@ -417,23 +393,13 @@ class SimState:
         self._dirty.clear()
         return tuple(self._nodes.values())
 
-    def teams(self) -> Mapping[str, TeamState]:
-        for team in self._team_usage:
-            self._accrue(team)
-        return MappingProxyType(
-            {
-                t: TeamState(slug=t, guaranteed_gpus=self._guaranteed.get(t, 0), decayed_usage=u)
-                for t, u in self._team_usage.items()
-            }
-        )
-
     def snapshot(self) -> Snapshot:
         return Snapshot(
             now=self.now,
             nodes=self.node_states(),
             running=tuple(self.running.values()),
             pending=tuple(self.pending.values()),
-            teams=self.teams(),
+            teams=self.usage.states(self.now),
             settings=self._settings,
         )
 

@@ -151,3 +151,19 @@ def test_invalid_decisions_are_skipped_not_forced():
     assert "unknown node" in state.start(2, "nowhere", (0,))
     assert state.preempt(2) == "job 2 is not running"
     assert list(state.running) == [1] and list(state.pending) == [2]
+
+
+def test_team_usage_decays_with_the_settings_half_life():
+    import math
+
+    # One GPU busy for one half-life h from 0: usage = integral of 2^(-(h-t)/h) dt over
+    # [0, h] = h / ln 2 x (1 - 1/2). After another idle half-life it halves.
+    h = 1000.0
+    state = SimState([job(1, 0, h)], ONE_GPU, SimConfig(settings={"fairshare_half_life": h}))
+    state.advance(0)
+    state.start(1, ONE_GPU.nodes[0].name, (0,))
+    state.advance(h)
+    used = h / math.log(2) * 0.5
+    assert state.snapshot().teams["a"].decayed_usage == pytest.approx(used)
+    state.advance(2 * h)
+    assert state.snapshot().teams["a"].decayed_usage == pytest.approx(used / 2)
