@@ -15,7 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from scheduler.core.model import FULL_COMPUTE, RunningJob
+from scheduler.core.model import FULL_COMPUTE, GpuState, RunningJob
 from scheduler.core.placement import FreeCapacity
 
 # Settings key "qos_ranks" overrides these; a higher rank may preempt a lower one when
@@ -41,17 +41,39 @@ def qos_rank(qos: str, settings: Any) -> int:
 
 
 def choose_victims(
-    job: Any, cap: FreeCapacity, allowed: Iterable[RunningJob], now: float
+    job: Any,
+    cap: FreeCapacity,
+    allowed: Iterable[RunningJob],
+    now: float,
+    *,
+    max_nodes: int = 64,
 ) -> Victims | None:
-    """The cheapest set of allowed running jobs whose end lets `job` fit, or None."""
+    """The cheapest set of allowed running jobs whose end lets `job` fit, or None.
+
+    Nodes are visited by the least work their cheapest victim would lose (no set on a node
+    can lose less), stopping once that bound exceeds the best set found or after
+    `max_nodes` nodes, which keeps a cycle bounded on large fleets.
+    """
     by_node: dict[str, list[RunningJob]] = {}
     for victim in allowed:
         if cap.is_schedulable(victim.node):
             by_node.setdefault(victim.node, []).append(victim)
+    ranked = []
+    for node, victims in by_node.items():
+        ranked.append((min(lost_work(v, now) for v in victims), node, victims))
+    ranked.sort(key=lambda item: (item[0], item[1]))
     best: Victims | None = None
-    for node in sorted(by_node):
-        victims = sorted(by_node[node], key=lambda r: (now - r.started_at, r.gpu_equivalent, r.id))
-        found = _on_node(job, cap, node, victims, now)
+    visited = 0
+    for bound, node, victims in ranked:
+        if visited >= max_nodes or (best is not None and bound > best.lost_gpu_seconds):
+            break
+        eligible = {g.index: g for g in cap.node_gpus(node) if cap.eligible(job, node, g)}
+        victims = [v for v in victims if any(i in eligible for i in v.gpu_indices)]
+        if not victims or len(eligible) < max(job.gpus, 1):
+            continue
+        visited += 1
+        victims.sort(key=lambda r: (now - r.started_at, r.gpu_equivalent, r.id))
+        found = _on_node(job, cap, node, victims, eligible, now)
         if found is None:
             continue
         key = (found.lost_gpu_seconds, len(found.jobs))
@@ -61,13 +83,20 @@ def choose_victims(
 
 
 def _on_node(
-    job: Any, cap: FreeCapacity, node: str, ordered: list[RunningJob], now: float
+    job: Any,
+    cap: FreeCapacity,
+    node: str,
+    ordered: list[RunningJob],
+    eligible: dict[int, GpuState],
+    now: float,
 ) -> Victims | None:
+    base = {i: cap.free_on(node, i) for i in eligible}
+    now_free = set(cap.whole_free(node))
     chosen: list[RunningJob] = []
     target = None
     for victim in ordered:
         chosen.append(victim)
-        target = _fit_after(job, cap, node, chosen)
+        target = _fit_after(job, eligible, base, now_free, chosen)
         if target is not None:
             break
     if target is None:
@@ -75,7 +104,7 @@ def _on_node(
     # Drop victims added early whose GPUs the job does not need after all.
     for victim in list(chosen[:-1]):
         rest = [c for c in chosen if c is not victim]
-        again = _fit_after(job, cap, node, rest)
+        again = _fit_after(job, eligible, base, now_free, rest)
         if again is not None:
             chosen, target = rest, again
     lost = sum(lost_work(c, now) for c in chosen)
@@ -83,40 +112,39 @@ def _on_node(
 
 
 def _fit_after(
-    job: Any, cap: FreeCapacity, node: str, gone: list[RunningJob]
+    job: Any,
+    eligible: dict[int, GpuState],
+    base: dict[int, tuple[int, int]],
+    now_free: set[int],
+    gone: list[RunningJob],
 ) -> tuple[int, ...] | None:
-    """GPU indices the job would take on `node` once `gone` have released their share."""
-    free: dict[int, list[int]] = {}
-    for gpu in cap.node_gpus(node):
-        mem, comp = cap.free_on(node, gpu.index)
-        free[gpu.index] = [mem, comp]
-    sizes = {gpu.index: gpu.memory_mb for gpu in cap.node_gpus(node)}
+    """GPU indices the job would take on the node once `gone` have released their share."""
+    free = {i: list(v) for i, v in base.items()}
     for victim in gone:
         for idx in victim.gpu_indices:
             if idx not in free:
                 continue
+            size = eligible[idx].memory_mb
             if victim.gpus:
-                free[idx] = [sizes[idx], FULL_COMPUTE]
+                free[idx] = [size, FULL_COMPUTE]
             else:
-                free[idx][0] = min(sizes[idx], free[idx][0] + (victim.gpu_memory_mb or 0))
+                free[idx][0] = min(size, free[idx][0] + (victim.gpu_memory_mb or 0))
                 free[idx][1] = min(FULL_COMPUTE, free[idx][1] + (victim.gpu_compute_percent or 0))
-    gpus = [g for g in cap.node_gpus(node) if cap.eligible(job, node, g)]
     if job.gpus:
         by_kind: dict[tuple[str, int], list[int]] = {}
-        for g in gpus:
-            mem, comp = free[g.index]
+        for idx, g in eligible.items():
+            mem, comp = free[idx]
             if comp >= FULL_COMPUTE and mem >= g.memory_mb:
-                by_kind.setdefault((g.model, g.memory_mb), []).append(g.index)
+                by_kind.setdefault((g.model, g.memory_mb), []).append(idx)
         for indices in by_kind.values():
             if len(indices) >= job.gpus:
                 # Prefer GPUs free already, so that fewer victims are needed in practice.
-                now_free = set(cap.whole_free(node))
                 indices.sort(key=lambda i: (i not in now_free, i))
                 return tuple(sorted(indices[: job.gpus]))
         return None
     need_mem, need_comp = max(job.gpu_memory_mb or 0, 1), max(job.gpu_compute_percent or 0, 1)
-    for g in gpus:
-        mem, comp = free[g.index]
+    for idx in sorted(eligible):
+        mem, comp = free[idx]
         if mem >= need_mem and comp >= need_comp:
-            return (g.index,)
+            return (idx,)
     return None

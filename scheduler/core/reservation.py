@@ -51,45 +51,71 @@ def earliest_start(
     for occ in occupants:
         for idx in occ.gpu_indices:
             on_gpu.setdefault((occ.node, idx), []).append(occ)
+    if job.gpus:
+        return _gang_sweep(job, cap, on_gpu, now)
     best: tuple[str, float, tuple[int, ...]] | None = None
     for node in cap.node_names():
         if not cap.is_schedulable(node):
             continue
-        if job.gpus:
-            found = _gang_on_node(job, cap, node, on_gpu, now)
-        else:
-            found = _fraction_on_node(job, cap, node, on_gpu, now)
+        found = _fraction_on_node(job, cap, node, on_gpu, now)
         if found is not None and (best is None or found[0] < best[1]):
             best = (node, found[0], found[1])
     return best
 
 
-def _gang_on_node(
-    job: Any, cap: FreeCapacity, node: str, on_gpu: dict, now: float
-) -> tuple[float, tuple[int, ...]] | None:
-    by_kind: dict[tuple[str, int], list[tuple[float, int]]] = {}
-    for gpu in cap.node_gpus(node):
-        if not cap.eligible(job, node, gpu):
+def _gang_sweep(
+    job: Any, cap: FreeCapacity, on_gpu: dict[tuple[str, int], list[Occupant]], now: float
+) -> tuple[str, float, tuple[int, ...]] | None:
+    """Walk GPU release times in order, counting wholly free GPUs per node and kind, until
+    some node holds the gang: O(busy GPUs log busy GPUs), not a pass per node."""
+    kind_ok: dict[tuple[str, int], bool] = {}
+
+    def eligible(node: str, gpu: Any) -> bool:
+        key = (gpu.model, gpu.memory_mb)
+        ok = kind_ok.get(key)
+        if ok is None:
+            ok = kind_ok[key] = cap.eligible(job, node, gpu)
+        return ok
+
+    ready: dict[tuple[str, str, int], list[int]] = {}
+    for node in cap.node_names():
+        free_now = cap.whole_free(node) if cap.is_schedulable(node) else ()
+        if not free_now:
             continue
-        mem, comp = cap.free_on(node, gpu.index)
+        for gpu in cap.node_gpus(node):
+            if gpu.index in free_now and eligible(node, gpu):
+                ready.setdefault((node, gpu.model, gpu.memory_mb), []).append(gpu.index)
+    for key, indices in ready.items():
+        if len(indices) >= job.gpus:
+            return key[0], now, tuple(indices[: job.gpus])
+    releases = []
+    gpus_of: dict[str, dict[int, Any]] = {}
+    for (node, idx), occs in on_gpu.items():
+        gpus = gpus_of.get(node)
+        if gpus is None:
+            ok = cap.is_schedulable(node)
+            gpus = gpus_of[node] = {g.index: g for g in cap.node_gpus(node)} if ok else {}
+        gpu = gpus.get(idx)
+        if gpu is None or not eligible(node, gpu):
+            continue
+        mem, comp = cap.free_on(node, idx)
+        end = now
+        for occ in occs:
+            if occ.gpus:
+                mem, comp = gpu.memory_mb, FULL_COMPUTE
+            else:
+                mem += occ.gpu_memory_mb or 0
+                comp += occ.gpu_compute_percent or 0
+            end = max(end, occ.end)
         if comp >= FULL_COMPUTE and mem >= gpu.memory_mb:
-            when = now
-        else:
-            occs = on_gpu.get((node, gpu.index), ())
-            freed_mem = mem + sum(_amount(o, gpu.memory_mb)[0] for o in occs)
-            freed_comp = comp + sum(_amount(o, gpu.memory_mb)[1] for o in occs)
-            whole = occs and freed_comp >= FULL_COMPUTE and freed_mem >= gpu.memory_mb
-            when = max(now, max(o.end for o in occs)) if whole else math.inf
-        by_kind.setdefault((gpu.model, gpu.memory_mb), []).append((when, gpu.index))
-    best: tuple[float, tuple[int, ...]] | None = None
-    for times in by_kind.values():
-        if len(times) < job.gpus:
-            continue
-        times.sort()
-        start = times[job.gpus - 1][0]
-        if start < math.inf and (best is None or start < best[0]):
-            best = (start, tuple(sorted(idx for _, idx in times[: job.gpus])))
-    return best
+            releases.append((end, node, idx, gpu.model, gpu.memory_mb))
+    releases.sort()
+    for when, node, idx, model, memory_mb in releases:
+        indices = ready.setdefault((node, model, memory_mb), [])
+        indices.append(idx)
+        if len(indices) >= job.gpus:
+            return node, when, tuple(sorted(indices[: job.gpus]))
+    return None
 
 
 def _fraction_on_node(

@@ -18,7 +18,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
-from scheduler.core.admission import admission_error
+from scheduler.core.admission import FleetProfile
 from scheduler.core.explain import why_waiting
 from scheduler.core.model import (
     PendingJob,
@@ -111,7 +111,11 @@ class Cycle:
         self._reservation: _Held | None = None
         self._blocked_by: int | None = None
         self._preempt_fails: set[tuple[Any, ...]] = set()
+        self._profile: FleetProfile | None = None
         self._preemptible = [r for r in snapshot.running if r.preemptible]
+        self._reclaim_on = bool(self.settings.get("preemption", True))
+        self._qos_on = bool(self.settings.get("qos_preemption", False))
+        self._max_preempts = int(self.settings.get("max_preemptions_per_cycle", 32))
 
     # -- walking the queue -------------------------------------------------------------
 
@@ -187,19 +191,15 @@ class Cycle:
         self._waits[job.id] = (job, "reserved", reservation)
         return reservation
 
-    def _victim_reason(self, job: PendingJob, victim: RunningJob) -> str | None:
-        if not victim.preemptible or victim.id in self._preempted:
+    def _victim_reason(
+        self, job: PendingJob, victim: RunningJob, borrowers: set[str], job_rank: int
+    ) -> str | None:
+        if victim.id in self._preempted:
             return None
-        if (
-            self.settings.get("preemption", True)
-            and victim.team != job.team
-            and self.quota.within_guarantee(job)
-            and self.quota.borrowing(victim.team) > 0
-        ):
+        if victim.team in borrowers and victim.team != job.team:
             return f"team {job.team} reclaims its guaranteed GPUs from borrowing team {victim.team}"
-        if self.settings.get("qos_preemption", False):
-            if qos_rank(job.qos, self.settings) > qos_rank(victim.qos, self.settings):
-                return f"QoS {job.qos} preempts QoS {victim.qos}"
+        if self._qos_on and job_rank > qos_rank(victim.qos, self.settings):
+            return f"QoS {job.qos} preempts QoS {victim.qos}"
         if self.victim_rule is not None:
             return self.victim_rule(job, victim)
         return None
@@ -211,32 +211,29 @@ class Cycle:
         burst of small jobs cannot evict the whole fleet at once; a request shape that
         found no victims is not searched again in the same cycle.
         """
-        if len(self.preempts) >= int(self.settings.get("max_preemptions_per_cycle", 32)):
+        if len(self.preempts) >= self._max_preempts:
             return False
-        reclaim = (
-            bool(self.settings.get("preemption", True))
-            and self.quota.within_guarantee(job)
-            and any(self.quota.borrowing(t) > 0 for t in self.quota.team_usage)
-        )
-        qos = bool(self.settings.get("qos_preemption", False))
-        if not (reclaim or qos or self.victim_rule is not None):
+        within = self._reclaim_on and self.quota.within_guarantee(job)
+        if not (within or self._qos_on or self.victim_rule is not None):
             return False
         key = (
-            FreeCapacity._shape(job),
+            FreeCapacity.shape(job),
             job.team,
             job.qos,
-            reclaim,
-            self.rule_key(job) if self.rule_key else None,
+            within,
+            self.rule_key and self.rule_key(job),
         )
         if key in self._preempt_fails:
             return False
+        borrowers = (
+            {t for t in self.quota.team_usage if self.quota.borrowing(t) > 0} if within else set()
+        )
+        job_rank = qos_rank(job.qos, self.settings)
         reasons: dict[int, str] = {}
         for victim in self._preemptible:
-            why = self._victim_reason(job, victim)
+            why = self._victim_reason(job, victim, borrowers, job_rank)
             if why is not None:
                 reasons[victim.id] = why
-        if not reasons:
-            return False
         allowed = [r for r in self._preemptible if r.id in reasons]
         victims = choose_victims(job, self.cap, allowed, self.now) if allowed else None
         if victims is None:
@@ -278,11 +275,13 @@ class Cycle:
         )
 
     def _room(self, job: PendingJob, cache: dict[tuple[Any, ...], str]) -> str:
-        key = (FreeCapacity._shape(job), job.team)
+        key = (FreeCapacity.shape(job), job.team)
         text = cache.get(key)
         if text is None:
             team = self.snapshot.teams.get(job.team)
-            text = admission_error(job, self.snapshot.nodes, team)
+            if self._profile is None:
+                self._profile = FleetProfile(self.snapshot.nodes)
+            text = self._profile.error(job, team)
             if text is not None:
                 text = f"can never start: {text}"
             else:

@@ -84,21 +84,23 @@ def priority_scores(snapshot: Snapshot) -> dict[int, float]:
     largest_node = max([1, *(len(n.gpus) for n in snapshot.nodes)])
     fairshare = fairshare_factors(snapshot)
     now = snapshot.now
+    # Per team and per QoS the factors are constants; only age, size and nice vary by job.
+    team_part = {
+        t: w_fs * fs + w_team * team_weights.get(t, 1.0) / top_team for t, fs in fairshare.items()
+    }
+    default_rank = ranks.get("normal", 0)
+    qos_part = {q: w_qos * r / top_rank for q, r in ranks.items()}
     scores = {}
     for job in snapshot.pending:
         age = min(max(now - job.submitted_at, 0.0), max_age) / max_age
         size = min(job.gpu_equivalent / largest_node, 1.0)
         if favor_small:
             size = 1.0 - size
-        qos = ranks.get(job.qos, ranks.get("normal", 0)) / top_rank
-        team = team_weights.get(job.team, 1.0) / top_team
+        qos = qos_part.get(job.qos)
+        if qos is None:
+            qos = w_qos * default_rank / top_rank
         scores[job.id] = (
-            w_age * age
-            + w_fs * fairshare[job.team]
-            + w_team * team
-            + w_qos * qos
-            + w_size * size
-            + w_job * job.priority
+            w_age * age + team_part[job.team] + qos + w_size * size + w_job * job.priority
         )
     return scores
 

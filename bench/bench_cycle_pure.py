@@ -1,0 +1,188 @@
+"""Time one pure scheduling cycle per policy on a large synthetic fleet.
+
+10,000 pending jobs (1/2/4/8-GPU gangs and fractions) on 1,000 nodes x 8 GPUs with about
+60 % of the GPUs busy. Prints milliseconds per schedule() call (best of --repeat runs) and
+the ratio to the baseline policy (greedy when it exists, else fcfs) measured in the same run.
+
+    .venv/bin/python bench/bench_cycle_pure.py [--policies fcfs,priority] [--repeat 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import random
+import sys
+import time
+from importlib import import_module
+from pathlib import Path
+from types import MappingProxyType
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+
+from scheduler.core.model import (  # noqa: E402
+    GpuState,
+    NodeState,
+    PendingJob,
+    RunningJob,
+    Snapshot,
+    TeamState,
+)
+from scheduler.policies import POLICIES, get_policy  # noqa: E402
+
+MODELS = (("A100", 81920), ("H100", 81920), ("V100", 32768))
+TEAMS = tuple(f"team{i}" for i in range(12))
+
+
+def build_snapshot(nodes: int = 1000, pending: int = 10_000, seed: int = 1) -> Snapshot:
+    rng = random.Random(seed)
+    now = 1_000_000.0
+    node_states, running = [], []
+    job_id = 0
+    for n in range(nodes):
+        model, mem = MODELS[n % len(MODELS)]
+        free_mem, free_comp = [mem] * 8, [100] * 8
+        name = f"node{n:04d}"
+        g = 0
+        while g < 8:
+            roll = rng.random()
+            if roll < 0.5:  # a running gang
+                size = min(rng.choice((1, 1, 2, 4)), 8 - g)
+                idx = tuple(range(g, g + size))
+                for i in idx:
+                    free_mem[i], free_comp[i] = 0, 0
+                job_id += 1
+                running.append(_running(rng, job_id, name, idx, size, now))
+                g += size
+            elif roll < 0.6:  # fractions sharing a GPU
+                for _ in range(rng.randint(1, 3)):
+                    m, c = rng.choice((4096, 8192, 16384)), rng.choice((10, 20, 30))
+                    if m <= free_mem[g] and c <= free_comp[g]:
+                        free_mem[g] -= m
+                        free_comp[g] -= c
+                        job_id += 1
+                        r = _running(rng, job_id, name, (g,), 0, now)
+                        running.append(_fraction(r, m, c))
+                g += 1
+            else:
+                g += 1
+        gpus = tuple(GpuState(i, model, mem, free_mem[i], free_comp[i]) for i in range(8))
+        node_states.append(NodeState(name, gpus))
+    jobs = []
+    for _ in range(pending):
+        job_id += 1
+        shape = rng.random()
+        limit = float(rng.choice((600, 3600, 4 * 3600, 24 * 3600)))
+        common = dict(
+            id=job_id,
+            team=rng.choice(TEAMS),
+            user=f"u{rng.randrange(60)}",
+            submitted_at=now - rng.uniform(0, 86400),
+            time_limit=limit,
+            priority=rng.randint(0, 10),
+            qos=rng.choice(("low", "normal", "normal", "high")),
+            predicted_runtime=limit * rng.uniform(0.1, 1.0),
+            attained_service=rng.choice((0.0, 0.0, 5000.0, 50_000.0)),
+            gpu_model=rng.choice((None, None, None, "A100", "H100")),
+        )
+        if shape < 0.2:
+            jobs.append(
+                PendingJob(
+                    gpus=0,
+                    gpu_memory_mb=rng.choice((4096, 8192, 16384, 24576)),
+                    gpu_compute_percent=rng.choice((10, 25, 50)),
+                    **common,
+                )
+            )
+        else:
+            jobs.append(PendingJob(gpus=rng.choice((1, 1, 1, 2, 2, 4, 8)), **common))
+    teams = {
+        t: TeamState(
+            t,
+            guaranteed_gpus=400,
+            hard_limit_gpus=2000,
+            user_gpu_cap=64,
+            priority_weight=rng.choice((1.0, 2.0)),
+            fairshare_weight=rng.choice((1.0, 2.0, 3.0)),
+            decayed_usage=rng.uniform(0, 1e7),
+        )
+        for t in TEAMS
+    }
+    return Snapshot(
+        now=now,
+        nodes=tuple(node_states),
+        running=tuple(running),
+        pending=tuple(jobs),
+        teams=MappingProxyType(teams),
+        settings=MappingProxyType({}),
+    )
+
+
+def _running(rng: random.Random, job_id: int, node: str, idx, gpus: int, now: float) -> RunningJob:
+    return RunningJob(
+        id=job_id,
+        team=rng.choice(TEAMS),
+        user=f"u{rng.randrange(60)}",
+        node=node,
+        gpu_indices=idx,
+        started_at=now - rng.uniform(0, 20_000),
+        time_limit=float(rng.choice((3600, 4 * 3600, 24 * 3600))),
+        gpus=gpus,
+    )
+
+
+def _fraction(r: RunningJob, mem: int, comp: int) -> RunningJob:
+    from dataclasses import replace
+
+    return replace(r, gpus=0, gpu_memory_mb=mem, gpu_compute_percent=comp)
+
+
+def available(name: str) -> bool:
+    try:
+        import_module(POLICIES[name].partition(":")[0])
+    except ImportError:
+        return False
+    return True
+
+
+def time_policy(name: str, snapshot: Snapshot, repeat: int) -> tuple[float, int]:
+    params = {"seed": 1}
+    try:
+        policy = get_policy(name, **params)
+    except TypeError:
+        policy = get_policy(name)
+    best, placed = float("inf"), 0
+    for _ in range(repeat):
+        start = time.perf_counter()
+        plan = policy.schedule(snapshot)
+        best = min(best, time.perf_counter() - start)
+        placed = len(plan.places)
+    return best, placed
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--policies", default=",".join(POLICIES))
+    parser.add_argument("--repeat", type=int, default=3)
+    parser.add_argument("--nodes", type=int, default=1000)
+    parser.add_argument("--pending", type=int, default=10_000)
+    args = parser.parse_args()
+    snapshot = build_snapshot(args.nodes, args.pending)
+    busy = sum(1 for n in snapshot.nodes for g in n.gpus if not g.is_whole_free)
+    print(
+        f"{len(snapshot.pending)} pending, {len(snapshot.running)} running, "
+        f"{len(snapshot.nodes)} nodes x 8 GPUs, {busy} GPUs busy or shared"
+    )
+    baseline = "greedy" if available("greedy") else "fcfs"
+    base_time, _ = time_policy(baseline, snapshot, args.repeat)
+    print(f"baseline {baseline}: {base_time * 1000:.1f} ms")
+    print(f"{'policy':<10} {'ms':>9} {'x base':>7} {'placed':>7}")
+    for name in args.policies.split(","):
+        if not available(name):
+            print(f"{name:<10} {'(module missing)':>25}")
+            continue
+        seconds, placed = time_policy(name, snapshot, args.repeat)
+        print(f"{name:<10} {seconds * 1000:9.1f} {seconds / base_time:7.2f} {placed:7d}")
+
+
+if __name__ == "__main__":
+    main()
