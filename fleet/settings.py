@@ -56,6 +56,7 @@ INSTALLED_APPS = [
     "drf_spectacular_sidecar",
     "django_celery_beat",
     "fleet",
+    "scheduler",
 ]
 
 MIDDLEWARE = [

@@ -10,11 +10,12 @@ from django.conf import settings
 from django.db import transaction
 
 from fleet.errors import ApplicationError, NotAllowed
-from fleet.models import Gpu, Job, JobEvent, JobState, Membership, Node, Team
+from fleet.models import Job, JobEvent, JobState, Membership, Node, Team
 from fleet.models.jobs import PRIORITY_MAX, PRIORITY_MIN, ActorKind, Qos
 from fleet.services import messaging
 from fleet.services.access import can_manage_job
 from fleet.services.job_states import Actor, job_transition
+from scheduler.cycle.admission import admit
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 # Set by the agent for every job; a job may not override them.
@@ -153,7 +154,6 @@ def _validate_request(req: JobRequest, team: Team) -> dict[str, Any]:
             "gpus",
             f"needs {demand} GPUs; team {team.slug} caps each member at {team.user_gpu_cap}.",
         )
-    _check_fleet_can_fit(req, gpus)
     return {
         "name": req.name.strip()[:200],
         "command": req.command,
@@ -172,48 +172,16 @@ def _validate_request(req: JobRequest, team: Team) -> dict[str, Any]:
     }
 
 
-def _check_fleet_can_fit(req: JobRequest, gpus: int) -> None:
-    """Reject what no registered node could ever run. With no nodes registered yet, every
-    request is accepted: the fleet may still be coming up."""
-    rows = list(Gpu.objects.values_list("node_id", "model", "memory_mb"))
-    if not rows:
-        return
-    models = sorted({model for _, model, _ in rows})
-    eligible = rows
-    if req.gpu_model:
-        eligible = [r for r in rows if r[1].lower() == req.gpu_model.lower()]
-        if not eligible:
-            raise _field_error(
-                "gpu_model",
-                f"No node has GPU model '{req.gpu_model}'. Models in the fleet: "
-                f"{', '.join(models)}.",
-            )
-    need_mb = max(req.min_gpu_memory_mb or 0, req.gpu_memory_mb or 0 if gpus == 0 else 0)
-    if need_mb:
-        largest = max(mem for _, _, mem in eligible)
-        if need_mb > largest:
-            raise _field_error(
-                "gpu_memory_mb" if gpus == 0 else "min_gpu_memory_mb",
-                f"needs {need_mb} MB of GPU memory; the largest GPU"
-                f"{' of that model' if req.gpu_model else ''} has {largest} MB.",
-            )
-        eligible = [r for r in eligible if r[2] >= need_mb]
-    if gpus > 1:
-        per_node: dict[int, int] = {}
-        for node_id, _, _ in eligible:
-            per_node[node_id] = per_node.get(node_id, 0) + 1
-        largest_node = max(per_node.values())
-        if gpus > largest_node:
-            raise _field_error(
-                "gpus",
-                f"needs {gpus} GPUs on one node; the largest node has {largest_node}"
-                f"{' matching' if req.gpu_model or need_mb else ''}.",
-            )
+def job_validate(*, user: Any, request: JobRequest) -> tuple[Team, dict[str, Any]]:
+    """The team and the job's field values, or ApplicationError saying what to fix.
+    Refuses what no node could ever run (scheduler admission). Writes nothing."""
+    team = _resolve_team(user, request.team)
+    values = _validate_request(request, team)
+    return team, admit(values, team, user.get_username())
 
 
 def job_submit(*, user: Any, request: JobRequest) -> Job:
-    team = _resolve_team(user, request.team)
-    values = _validate_request(request, team)
+    team, values = job_validate(user=user, request=request)
     with transaction.atomic():
         job = Job.objects.create(owner=user, team=team, **values)
         JobEvent.objects.create(

@@ -1,0 +1,238 @@
+"""Apply a plan: every decision is a compare-and-swap through the job state machine.
+
+A decision is checked again against the database before it is applied: the node must
+still be up, the GPUs still free, and the job still on the attempt the snapshot read (the
+state machine fences on it). A decision whose preconditions changed is skipped, never
+forced; the next cycle decides again from fresh data. Each decision is its own
+transaction, so one refusal undoes nothing else, and start/stop messages leave on commit.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+from django.db import connection, transaction
+
+from fleet.errors import Conflict, NotFound
+from fleet.models import Job, JobState, Node
+from fleet.models.jobs import ACTIVE_STATES
+from fleet.models.nodes import NodeState as NodeStatus
+from fleet.services import messaging
+from fleet.services.dispatch import send_start_on_commit
+from fleet.services.job_states import SCHEDULER, job_transition
+from fleet.services.jobs import stop_previous_attempt
+from scheduler.core.model import FULL_COMPUTE, GpuState, PendingJob, Place, Plan, Preempt
+from scheduler.cycle.snapshot import DbSnapshot
+
+log = logging.getLogger(__name__)
+
+Estimates = dict[int, tuple[int, float | None, str]]
+
+
+@dataclass
+class Outcome:
+    placed: list[int] = field(default_factory=list)
+    preempted: list[int] = field(default_factory=list)
+    failed: list[int] = field(default_factory=list)
+    # Job id -> why its decision was not applied.
+    skipped: dict[int, str] = field(default_factory=dict)
+
+
+class _Occupancy:
+    """What assigned and running jobs hold on each GPU now, per the database."""
+
+    def __init__(self) -> None:
+        self.used: dict[tuple[int, int], list[int]] = {}
+        rows = Job.objects.filter(state__in=ACTIVE_STATES).values_list(
+            "node_id", "gpu_indices", "gpus", "gpu_memory_mb", "gpu_compute_percent"
+        )
+        for node_id, indices, gpus, mem, comp in rows:
+            for index in indices or ():
+                self.add(node_id, int(index), gpus, mem, comp)
+
+    def add(self, node_id: int, index: int, gpus: int, mem: int | None, comp: int | None) -> None:
+        slot = self.used.setdefault((node_id, index), [0, 0, 0])
+        if gpus:
+            slot[2] = 1
+        else:
+            slot[0] += mem or 0
+            slot[1] += comp or 0
+
+    def conflict(self, job: PendingJob, node_id: int, gpu: GpuState) -> str | None:
+        mem, comp, whole = self.used.get((node_id, gpu.index), (0, 0, 0))
+        if whole or (job.gpus and (mem or comp)):
+            return f"GPU {gpu.index} is now taken"
+        if not job.gpus and (
+            mem + (job.gpu_memory_mb or 0) > gpu.memory_mb
+            or comp + (job.gpu_compute_percent or 0) > FULL_COMPUTE
+        ):
+            return f"GPU {gpu.index} no longer has room for the fraction"
+        return None
+
+
+def _place(
+    snap: DbSnapshot,
+    plan: Plan,
+    place: Place,
+    job: PendingJob | None,
+    up: set[str],
+    occupancy: _Occupancy,
+    gpus_by_node: dict[str, dict[int, GpuState]],
+) -> str | None:
+    """Dispatch one placement; None when applied, else why it was skipped."""
+    if job is None:
+        return "the job was not pending in the snapshot"
+    if place.node not in up:
+        return f"node {place.node} is no longer up"
+    node_id = snap.node_ids[place.node]
+    gpus = gpus_by_node.get(place.node, {})
+    for index in place.gpu_indices:
+        gpu = gpus.get(index)
+        if gpu is None:
+            return f"node {place.node} has no GPU {index}"
+        why = occupancy.conflict(job, node_id, gpu)
+        if why is not None:
+            return f"{why} on {place.node}"
+    shown = ", ".join(str(i) for i in place.gpu_indices)
+    reason = f"placed by policy {plan.policy} on {place.node} GPU {shown}"
+    if place.reason:
+        reason += f" ({place.reason})"
+    try:
+        with transaction.atomic():
+            fresh = job_transition(
+                job_id=job.id,
+                action="dispatch",
+                actor=SCHEDULER,
+                reason=reason,
+                attempt=snap.attempts[job.id],
+                fields={
+                    "node_id": node_id,
+                    "gpu_indices": list(place.gpu_indices),
+                    "queue_position": None,
+                    "eta": None,
+                },
+            )
+            send_start_on_commit(fresh)
+    except (Conflict, NotFound) as exc:
+        return f"the job changed since the snapshot ({exc.message})"
+    for index in place.gpu_indices:
+        occupancy.add(node_id, index, job.gpus, job.gpu_memory_mb, job.gpu_compute_percent)
+    return None
+
+
+def _preempt(snap: DbSnapshot, preempt: Preempt) -> tuple[str, str | None]:
+    """Preempt (requeue) or, without requeues left, fail one running job."""
+    attempt = snap.attempts.get(preempt.job_id)
+    if attempt is None:
+        return "", "the job was not running in the snapshot"
+    requeues, max_requeues = snap.requeues.get(preempt.job_id, (0, 0))
+    requeue = preempt.requeue and requeues < max_requeues
+    action = "preempt" if requeue else "fail"
+    reason = preempt.reason
+    if not requeue:
+        reason += f"; not requeued: it was requeued {requeues} times (max_requeues {max_requeues})"
+    try:
+        with transaction.atomic():
+            job = job_transition(
+                job_id=preempt.job_id,
+                action=action,
+                actor=SCHEDULER,
+                reason=reason,
+                attempt=attempt,
+            )
+            # The agent stops the attempt with its grace period (SIGTERM, then SIGKILL).
+            stop_previous_attempt(job, reason=reason)
+    except (Conflict, NotFound) as exc:
+        return action, f"the job changed since the snapshot ({exc.message})"
+    return action, None
+
+
+def apply_plan(snap: DbSnapshot, plan: Plan) -> Outcome:
+    outcome = Outcome()
+    up = set(Node.objects.filter(state=NodeStatus.UP).values_list("name", flat=True))
+    occupancy = _Occupancy() if plan.places else None
+    pending = {j.id: j for j in snap.core.pending}
+    gpus_by_node = {n.name: {g.index: g for g in n.gpus} for n in snap.core.nodes}
+    for place in plan.places:
+        assert occupancy is not None
+        job = pending.get(place.job_id)
+        why = _place(snap, plan, place, job, up, occupancy, gpus_by_node)
+        if why is None:
+            outcome.placed.append(place.job_id)
+        else:
+            log.info("skipped placing job %s: %s", place.job_id, why)
+            outcome.skipped[place.job_id] = f"placement on {place.node} skipped: {why}"
+    for preempt in plan.preempts:
+        action, why = _preempt(snap, preempt)
+        if why is not None:
+            log.info("skipped preempting job %s: %s", preempt.job_id, why)
+            outcome.skipped[preempt.job_id] = f"preemption skipped: {why}"
+        elif action == "preempt":
+            outcome.preempted.append(preempt.job_id)
+        else:
+            outcome.failed.append(preempt.job_id)
+    if outcome.preempted or outcome.failed:
+        # The preempted jobs' GPUs are free in the database now: place their claimant soon.
+        messaging.request_schedule()
+    return outcome
+
+
+def _eta(value: float | None) -> datetime | None:
+    # Whole seconds: an ETA that moves by microseconds is not worth a write.
+    return None if value is None else datetime.fromtimestamp(int(value), tz=UTC)
+
+
+def wait_rows(
+    snap: DbSnapshot, estimates: Estimates, outcome: Outcome
+) -> list[tuple[int, str, int | None, datetime | None]]:
+    """(job id, reason, position, eta) for waiting jobs whose stored values differ."""
+    rows = []
+    placed = set(outcome.placed)
+    for job_id, (position, eta, reason) in estimates.items():
+        if job_id in placed:
+            continue
+        skipped = outcome.skipped.get(job_id)
+        if skipped is not None:
+            reason = f"{skipped}; the next cycle decides again"
+        new = (reason[:1000], position, _eta(eta))
+        if snap.waits.get(job_id) != new:
+            rows.append((job_id, *new))
+    return rows
+
+
+def write_waits(rows: list[tuple[int, str, int | None, datetime | None]]) -> int:
+    """Store reason, position and ETA for jobs still pending; `state` is never written."""
+    if not rows:
+        return 0
+    if connection.vendor == "postgresql":
+        return _write_waits_postgres(rows)
+    objs = [
+        Job(id=job_id, state_reason=reason, queue_position=position, eta=eta)
+        for job_id, reason, position, eta in rows
+    ]
+    # bulk_update keeps the queryset's filter: jobs no longer pending are left alone.
+    return Job.objects.filter(state=JobState.PENDING).bulk_update(
+        objs, ["state_reason", "queue_position", "eta"], batch_size=500
+    )
+
+
+def _write_waits_postgres(rows: list[tuple[int, str, int | None, datetime | None]]) -> int:
+    table = Job._meta.db_table
+    total = 0
+    with connection.cursor() as cursor:
+        for start in range(0, len(rows), 2000):
+            batch = rows[start : start + 2000]
+            values = ", ".join(["(%s, %s, %s, %s)"] * len(batch))
+            params: list[Any] = [v for row in batch for v in row]
+            cursor.execute(
+                f"UPDATE {table} AS j SET state_reason = v.reason, "
+                "queue_position = v.pos::integer, eta = v.eta::timestamptz "
+                f"FROM (VALUES {values}) AS v(id, reason, pos, eta) "
+                "WHERE j.id = v.id::bigint AND j.state = %s",
+                [*params, JobState.PENDING.value],
+            )
+            total += cursor.rowcount
+    return total

@@ -1,0 +1,248 @@
+"""The scheduler's settings: the active policy, its parameters, and the tick interval.
+
+Parameters are checked against what the registered policies read (their defaults give the
+type), so a typo or a wrong type is refused with a sentence rather than ignored by the
+next cycle. The tick interval lives in a django_celery_beat PeriodicTask ("scheduler
+tick"), kept in step with the settings row so beat picks a change up without a restart.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Mapping
+from dataclasses import dataclass
+from importlib import import_module
+from typing import Any
+
+from django.db import transaction
+from django_celery_beat.models import IntervalSchedule, PeriodicTask
+
+from fleet.celery import CONTROL_QUEUE
+from fleet.errors import ApplicationError
+from scheduler.core.usage import DEFAULT_HALF_LIFE
+from scheduler.models import DEFAULT_POLICY, DEFAULT_TICK_SECONDS, SchedulerSettings
+from scheduler.policies import policy_names
+
+TICK_TASK_NAME = "scheduler tick"
+CYCLE_TASK = "scheduler.tasks.schedule_cycle"
+SETTINGS_PK = 1
+MAX_TICK_SECONDS = 3600
+
+
+@dataclass(frozen=True)
+class Param:
+    kind: str  # "bool", "int", "number", "str", "numbers" (list), "ranks" (name -> int)
+    default: Any = None
+    minimum: float | None = None
+    choices: tuple[str, ...] = ()
+    help: str = ""
+
+
+# Read by the cycle itself or shared by several policies.
+COMMON: dict[str, Param] = {
+    "fairshare_half_life": Param(
+        "number", DEFAULT_HALF_LIFE, 1.0, help="Seconds after which past usage counts half."
+    ),
+    "preemption": Param("bool", True, help="A team under its guarantee reclaims GPUs."),
+    "qos_preemption": Param("bool", False, help="A higher QoS preempts a lower one."),
+    "qos_ranks": Param("ranks", None, help='QoS name -> rank, e.g. {"low": 0, "high": 2}.'),
+    "max_preemptions_per_cycle": Param("int", 32, 0),
+    "backfill_use_predictions": Param("bool", False, help="Reservations use predicted ends."),
+    "backfill_order": Param("str", "priority", choices=("priority", "submit")),
+    "las_queue_thresholds": Param("numbers", None, 0.0, help="GPU-hours bounding LAS queues."),
+    "las_preemption": Param("bool", True),
+    "seed": Param("int", 0, help="Seed of the random search policies."),
+    "prediction_history": Param(
+        "int", 5000, 0, help="Finished jobs the runtime predictor learns from."
+    ),
+    "eta_max_events": Param("int", 500, 0, help="Job ends the ETA forecast plays forward."),
+    "eta_horizon": Param("number", 30 * 86400.0, 0.0, help="Seconds the ETA forecast covers."),
+}
+
+# Policy modules whose defaults name the keys they read: (module, attribute, key prefix).
+_DEFAULT_TABLES = (
+    ("scheduler.policies.priority", "DEFAULTS", ""),
+    ("scheduler.policies.packing._values", "DEFAULTS", ""),
+    ("scheduler.policies.packing.ilp", "_DEFAULTS", ""),
+    ("scheduler.policies.packing.genetic", "GeneticPolicy._defaults", "genetic_"),
+    ("scheduler.policies.packing.annealing", "AnnealingPolicy._defaults", "annealing_"),
+)
+
+
+def _kind_of(value: Any) -> str:
+    if isinstance(value, bool):
+        return "bool"
+    if isinstance(value, int):
+        return "int"
+    if isinstance(value, float):
+        return "number"
+    return "str"
+
+
+def known_params() -> dict[str, Param]:
+    """Every parameter a registered policy or the cycle reads, with its type and default."""
+    params = dict(COMMON)
+    for module_name, attr, prefix in _DEFAULT_TABLES:
+        try:
+            target: Any = import_module(module_name)
+        except ImportError:  # a policy module not there yet: its keys are unknown
+            continue
+        for part in attr.split("."):
+            target = getattr(target, part, None)
+        if not isinstance(target, Mapping):
+            continue
+        for key, default in target.items():
+            kind = _kind_of(default)
+            minimum = 0.0 if kind in ("int", "number") else None
+            params.setdefault(f"{prefix}{key}", Param(kind, default, minimum))
+    return params
+
+
+def _type_error(key: str, value: Any, spec: Param) -> str | None:
+    words = {
+        "bool": "true or false",
+        "int": "a whole number",
+        "number": "a number",
+        "str": "a string",
+        "numbers": "a list of numbers",
+        "ranks": "an object mapping QoS names to whole numbers",
+    }
+    shown = json.dumps(value)
+    wrong = f"parameter {key} must be {words[spec.kind]}; got {shown}"
+    is_number = isinstance(value, int | float) and not isinstance(value, bool)
+    if spec.kind == "bool" and not isinstance(value, bool):
+        return wrong
+    if spec.kind == "int" and not (is_number and float(value).is_integer()):
+        return wrong
+    if spec.kind == "number" and not is_number:
+        return wrong
+    if spec.kind == "str" and not isinstance(value, str):
+        return wrong
+    if spec.kind == "numbers":
+        if not isinstance(value, list) or not all(
+            isinstance(v, int | float) and not isinstance(v, bool) for v in value
+        ):
+            return wrong
+    if spec.kind == "ranks":
+        if not isinstance(value, dict) or not all(
+            isinstance(v, int) and not isinstance(v, bool) for v in value.values()
+        ):
+            return wrong
+    if spec.choices and value not in spec.choices:
+        return f"parameter {key} must be one of {', '.join(spec.choices)}; got {shown}"
+    if spec.minimum is not None:
+        values = value if spec.kind == "numbers" else [value] if is_number else []
+        if any(v < spec.minimum for v in values):
+            return f"parameter {key} must be at least {spec.minimum:g}; got {shown}"
+    return None
+
+
+def validate_policy(name: Any) -> str:
+    names = policy_names()
+    if not isinstance(name, str) or name not in names:
+        raise ApplicationError(
+            f"Unknown policy {json.dumps(name)}. Known policies: {', '.join(names)}.",
+            {"fields": {"policy": [f"Choose one of: {', '.join(names)}."]}, "policies": names},
+        )
+    return name
+
+
+def validate_params(params: Any) -> dict[str, Any]:
+    """The parameters as given, or ApplicationError naming each bad key."""
+    if not isinstance(params, dict):
+        raise ApplicationError(
+            "params must be an object mapping parameter names to values.",
+            {"fields": {"params": ["Give an object."]}},
+        )
+    known = known_params()
+    errors: list[str] = []
+    for key, value in params.items():
+        spec = known.get(key)
+        if spec is None:
+            errors.append(f"unknown parameter {key}; known: {', '.join(sorted(known))}")
+            continue
+        if value is None:  # null resets a parameter to the policy's default
+            continue
+        error = _type_error(key, value, spec)
+        if error is not None:
+            errors.append(error)
+    if errors:
+        raise ApplicationError(
+            "Invalid scheduler parameters: " + "; ".join(errors) + ".",
+            {"fields": {"params": errors}},
+        )
+    return {k: v for k, v in params.items() if v is not None}
+
+
+def validate_tick(seconds: Any) -> int:
+    if (
+        isinstance(seconds, bool)
+        or not isinstance(seconds, int)
+        or not 1 <= seconds <= MAX_TICK_SECONDS
+    ):
+        message = f"tick_seconds must be a whole number from 1 to {MAX_TICK_SECONDS}."
+        raise ApplicationError(message, {"fields": {"tick_seconds": [message]}})
+    return seconds
+
+
+def settings_get(*, using: str = "default") -> SchedulerSettings:
+    row, _ = SchedulerSettings.objects.using(using).get_or_create(pk=SETTINGS_PK)
+    return row
+
+
+def _sync_tick(seconds: int, *, using: str = "default") -> PeriodicTask:
+    interval, _ = IntervalSchedule.objects.using(using).get_or_create(
+        every=seconds, period=IntervalSchedule.SECONDS
+    )
+    task = PeriodicTask.objects.using(using).filter(name=TICK_TASK_NAME).first()
+    if task is None:
+        task = PeriodicTask(name=TICK_TASK_NAME, task=CYCLE_TASK)
+    task.task = CYCLE_TASK
+    task.interval = interval
+    task.queue = CONTROL_QUEUE
+    task.enabled = True
+    # A tick older than the interval is useless: the next one comes soon anyway.
+    task.expire_seconds = seconds
+    task.save(using=using)
+    return task
+
+
+def ensure_defaults(*, using: str = "default") -> None:
+    """Create the settings row and the tick task when missing (idempotent)."""
+    row, _ = SchedulerSettings.objects.using(using).get_or_create(
+        pk=SETTINGS_PK,
+        defaults={"policy": DEFAULT_POLICY, "tick_seconds": DEFAULT_TICK_SECONDS},
+    )
+    if not PeriodicTask.objects.using(using).filter(name=TICK_TASK_NAME).exists():
+        _sync_tick(row.tick_seconds, using=using)
+
+
+def settings_update(
+    *,
+    user: Any,
+    policy: str | None = None,
+    params: dict[str, Any] | None = None,
+    merge_params: bool = False,
+    tick_seconds: int | None = None,
+) -> SchedulerSettings:
+    """Change the settings; the next cycle uses them. `params` replaces the parameters,
+    or with `merge_params` updates only the keys given (null removes one)."""
+    with transaction.atomic():
+        row = SchedulerSettings.objects.select_for_update().filter(pk=SETTINGS_PK).first()
+        if row is None:
+            row = settings_get()
+        if policy is not None:
+            row.policy = validate_policy(policy)
+        if params is not None:
+            if merge_params:
+                validate_params(params)
+                merged = {**(row.params or {}), **params}
+                row.params = {k: v for k, v in merged.items() if v is not None}
+            else:
+                row.params = validate_params(params)
+        if tick_seconds is not None:
+            row.tick_seconds = validate_tick(tick_seconds)
+        row.updated_by = user.get_username() if user is not None else ""
+        row.save()
+        _sync_tick(row.tick_seconds)
+    return row

@@ -1,0 +1,263 @@
+"""Build the pure scheduler's `Snapshot` from the database, with a few flat queries.
+
+Besides the frozen snapshot the policy sees, `DbSnapshot` keeps what applying a plan needs:
+each job's attempt as read (the fence for compare-and-swap), node ids, requeue allowance,
+and the pending jobs' current reason, position and ETA (so only changes are written).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from datetime import datetime
+from types import MappingProxyType
+from typing import Any
+
+from django.contrib.auth import get_user_model
+from django.utils import timezone
+
+from fleet.models import Gpu, Job, JobState, Node, Team
+from fleet.models.jobs import ACTIVE_STATES
+from fleet.models.nodes import NodeState as NodeStatus
+from scheduler.core.model import (
+    FULL_COMPUTE,
+    GpuState,
+    NodeState,
+    PendingJob,
+    RunningJob,
+    Snapshot,
+    TeamState,
+)
+from scheduler.core.prediction import RuntimePredictor
+from scheduler.cycle.config import COMMON, settings_get
+from scheduler.cycle.usage import Run, gpu_equivalent, team_usage
+
+# Finished states whose runtime says how long such a job really takes.
+HISTORY_STATES = (JobState.SUCCEEDED, JobState.TIMEOUT)
+
+WaitFields = tuple[str, int | None, datetime | None]
+
+
+@dataclass
+class DbSnapshot:
+    core: Snapshot
+    now: datetime
+    policy: str
+    params: dict[str, Any]
+    attempts: dict[int, int] = field(default_factory=dict)
+    node_ids: dict[str, int] = field(default_factory=dict)
+    # Running/assigned job id -> (requeues, max_requeues).
+    requeues: dict[int, tuple[int, int]] = field(default_factory=dict)
+    # Pending job id -> (state_reason, queue_position, eta) as stored now.
+    waits: dict[int, WaitFields] = field(default_factory=dict)
+
+    def param(self, key: str) -> Any:
+        value = self.params.get(key)
+        return COMMON[key].default if value is None else value
+
+
+def _ts(value: datetime | None, default: float) -> float:
+    return value.timestamp() if value is not None else default
+
+
+def train_predictor(limit: int) -> RuntimePredictor:
+    """Learn runtime ratios from the most recent finished jobs (keyed by owner id)."""
+    predictor = RuntimePredictor()
+    if limit <= 0:
+        return predictor
+    rows = (
+        Job.objects.filter(
+            state__in=HISTORY_STATES, started_at__isnull=False, finished_at__isnull=False
+        )
+        .order_by("-id")
+        .values_list("owner_id", "name", "time_limit", "started_at", "finished_at")[:limit]
+    )
+    for owner, name, limit_s, started, finished in reversed(list(rows)):
+        predictor.update(str(owner), name, float(limit_s), (finished - started).total_seconds())
+    return predictor
+
+
+def _nodes(
+    active: list[tuple[Any, ...]],
+) -> tuple[tuple[NodeState, ...], dict[str, int], dict[int, str]]:
+    names: dict[int, str] = {}
+    states: dict[int, str] = {}
+    labels: dict[int, dict[str, str]] = {}
+    for node_id, name, state, node_labels in Node.objects.values_list(
+        "id", "name", "state", "labels"
+    ):
+        names[node_id], states[node_id] = name, state
+        labels[node_id] = {str(k): str(v) for k, v in (node_labels or {}).items()}
+    # (node id, index) -> [memory left, compute left]
+    used: dict[tuple[int, int], list[int]] = {}
+    for row in active:
+        node_id, indices, gpus, mem, comp = row[3], row[4], row[5], row[6], row[7]
+        for index in indices or ():
+            slot = used.setdefault((node_id, int(index)), [0, 0])
+            if gpus:
+                slot[0], slot[1] = 1 << 40, FULL_COMPUTE
+            else:
+                slot[0] += mem or 0
+                slot[1] += comp or 0
+    gpus_of: dict[int, list[GpuState]] = {}
+    for node_id, index, model, memory in Gpu.objects.order_by("node_id", "index").values_list(
+        "node_id", "index", "model", "memory_mb"
+    ):
+        mem_used, comp_used = used.get((node_id, index), (0, 0))
+        gpus_of.setdefault(node_id, []).append(
+            GpuState(
+                index,
+                model,
+                memory,
+                max(0, memory - mem_used),
+                max(0, FULL_COMPUTE - comp_used),
+            )
+        )
+    nodes = tuple(
+        NodeState(
+            names[node_id],
+            tuple(gpus_of.get(node_id, ())),
+            schedulable=states[node_id] == NodeStatus.UP,
+            labels=MappingProxyType(labels[node_id]),
+        )
+        for node_id in sorted(names, key=lambda i: names[i])
+    )
+    return nodes, {name: node_id for node_id, name in names.items()}, names
+
+
+_ACTIVE_FIELDS = (
+    "id", "team_id", "owner_id", "node_id", "gpu_indices", "gpus", "gpu_memory_mb",
+    "gpu_compute_percent", "started_at", "assigned_at", "time_limit", "priority", "qos",
+    "preemptible", "requeues", "max_requeues", "name", "attempt", "state",
+)  # fmt: skip
+_PENDING_FIELDS = (
+    "id", "team_id", "owner_id", "submitted_at", "time_limit", "gpus", "gpu_memory_mb",
+    "gpu_compute_percent", "gpu_model", "min_gpu_memory_mb", "priority", "qos", "preemptible",
+    "name", "attempt", "state_reason", "queue_position", "eta",
+)  # fmt: skip
+
+
+def build_snapshot(*, now: datetime | None = None, save_usage: bool = True) -> DbSnapshot:
+    """Read the fleet as it is now. With `save_usage`, team usage rows are brought up to
+    date (the cycle does this under its lock; read-only callers such as estimates do not)."""
+    now = now or timezone.now()
+    t_now = now.timestamp()
+    row = settings_get()
+    params = dict(row.params or {})
+    active = list(Job.objects.filter(state__in=ACTIVE_STATES).values_list(*_ACTIVE_FIELDS))
+    pending = list(Job.objects.filter(state=JobState.PENDING).values_list(*_PENDING_FIELDS))
+    nodes, node_ids, node_names = _nodes(active)
+
+    snap = DbSnapshot(
+        core=Snapshot(now=t_now, nodes=nodes),
+        now=now,
+        policy=row.policy,
+        params=params,
+        node_ids=node_ids,
+    )
+    teams = {
+        t[0]: t for t in Team.objects.values_list(
+            "id", "slug", "guaranteed_gpus", "gpu_limit", "user_gpu_cap", "priority_weight",
+            "fairshare_weight",
+        )
+    }  # fmt: skip
+    owner_ids = {r[2] for r in active} | {r[2] for r in pending}
+    users = dict(get_user_model().objects.filter(id__in=owner_ids).values_list("id", "username"))
+    predictor = train_predictor(int(snap.param("prediction_history")))
+    predictions: dict[tuple[int, str, int], float] = {}
+
+    def predict(owner: int, name: str, limit: int) -> float | None:
+        if predictor.observations() == 0:
+            return None
+        key = (owner, name, limit)
+        value = predictions.get(key)
+        if value is None:
+            value = predictions[key] = predictor.predict(str(owner), name, float(limit))
+        return value
+
+    running: list[RunningJob] = []
+    runs: list[Run] = []
+    for (
+        job_id, team_id, owner_id, node_id, indices, gpus, mem, comp, started, assigned,
+        limit, priority, qos, preemptible, requeues, max_requeues, name, attempt, state,
+    ) in active:  # fmt: skip
+        if node_id not in node_names:
+            continue  # its node was deleted: nothing to place around
+        start = _ts(started, _ts(assigned, t_now))
+        running.append(
+            RunningJob(
+                id=job_id,
+                team=teams[team_id][1],
+                user=users.get(owner_id, ""),
+                node=node_names[node_id],
+                gpu_indices=tuple(int(i) for i in indices or ()),
+                started_at=start,
+                time_limit=float(limit),
+                gpus=gpus,
+                gpu_memory_mb=mem,
+                gpu_compute_percent=comp,
+                priority=priority,
+                qos=qos,
+                preemptible=preemptible,
+                predicted_runtime=predict(owner_id, name, limit),
+                requeueable=requeues < max_requeues,
+            )
+        )
+        snap.attempts[job_id] = attempt
+        snap.requeues[job_id] = (requeues, max_requeues)
+        if state == JobState.RUNNING and started is not None:
+            runs.append(Run(team_id, gpu_equivalent(gpus, comp), start, t_now))
+
+    queued: list[PendingJob] = []
+    for (
+        job_id, team_id, owner_id, submitted, limit, gpus, mem, comp, model, min_mem,
+        priority, qos, preemptible, name, attempt, reason, position, eta,
+    ) in pending:  # fmt: skip
+        queued.append(
+            PendingJob(
+                id=job_id,
+                team=teams[team_id][1],
+                user=users.get(owner_id, ""),
+                submitted_at=submitted.timestamp(),
+                time_limit=float(limit),
+                gpus=gpus,
+                gpu_memory_mb=mem,
+                gpu_compute_percent=comp,
+                gpu_model=model or None,
+                min_gpu_memory_mb=min_mem,
+                priority=priority,
+                qos=qos,
+                preemptible=preemptible,
+                name=name,
+                predicted_runtime=predict(owner_id, name, limit),
+            )
+        )
+        snap.attempts[job_id] = attempt
+        snap.waits[job_id] = (reason, position, eta)
+
+    usage = team_usage(
+        now=now,
+        half_life=float(snap.param("fairshare_half_life")),
+        running=runs,
+        save=save_usage,
+    )
+    team_states = {
+        slug: TeamState(
+            slug=slug,
+            guaranteed_gpus=guaranteed,
+            hard_limit_gpus=limit,
+            user_gpu_cap=cap,
+            priority_weight=pw,
+            fairshare_weight=fw,
+            decayed_usage=usage.get(team_id, 0.0),
+        )
+        for team_id, slug, guaranteed, limit, cap, pw, fw in teams.values()
+    }
+    snap.core = Snapshot(
+        now=t_now,
+        nodes=nodes,
+        running=tuple(running),
+        pending=tuple(queued),
+        teams=MappingProxyType(team_states),
+        settings=MappingProxyType(params),
+    )
+    return snap

@@ -1,0 +1,90 @@
+"""The scheduler's own rows: its settings, a record of each cycle, and decayed team usage."""
+
+from __future__ import annotations
+
+from django.core.validators import MinValueValidator
+from django.db import models
+
+from fleet.models import Team
+
+DEFAULT_POLICY = "priority"
+DEFAULT_TICK_SECONDS = 10
+
+
+class SchedulerSettings(models.Model):
+    """One row (pk 1): the active policy, its parameters and the tick interval.
+
+    A change takes effect at the next cycle, which reads this row afresh.
+    """
+
+    policy = models.CharField(max_length=50, default=DEFAULT_POLICY)
+    params = models.JSONField(
+        default=dict,
+        blank=True,
+        help_text="Policy parameters: weights, fairshare_half_life (s), preemption, "
+        "ilp_time_limit (s)... Unknown keys are refused.",
+    )
+    tick_seconds = models.PositiveIntegerField(
+        default=DEFAULT_TICK_SECONDS,
+        validators=[MinValueValidator(1)],
+        help_text="Seconds between periodic cycles (besides those that submissions, "
+        "finishes and node changes trigger).",
+    )
+    updated_at = models.DateTimeField(auto_now=True)
+    updated_by = models.CharField(max_length=150, blank=True)
+
+    class Meta:
+        verbose_name = "scheduler settings"
+        verbose_name_plural = "scheduler settings"
+        constraints = [
+            models.CheckConstraint(
+                condition=models.Q(tick_seconds__gte=1), name="scheduler_tick_positive"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"{self.policy}, every {self.tick_seconds} s"
+
+
+class CycleRecord(models.Model):
+    """What one scheduling cycle did; only the most recent ones are kept."""
+
+    started_at = models.DateTimeField(db_index=True)
+    finished_at = models.DateTimeField()
+    duration_ms = models.FloatField()
+    policy = models.CharField(max_length=50)
+    pending = models.PositiveIntegerField(default=0)
+    running = models.PositiveIntegerField(default=0)
+    placed = models.PositiveIntegerField(default=0)
+    preempted = models.PositiveIntegerField(default=0)
+    reserved = models.PositiveIntegerField(default=0)
+    skipped = models.PositiveIntegerField(
+        default=0, help_text="Decisions whose job or GPUs changed since the snapshot."
+    )
+    # Milliseconds per step (snapshot, policy, apply, waits).
+    timings = models.JSONField(default=dict, blank=True)
+    notes = models.JSONField(default=list, blank=True)
+
+    class Meta:
+        ordering = ["-id"]
+
+    def __str__(self) -> str:
+        return f"cycle {self.pk} ({self.policy}, {self.placed} placed)"
+
+
+class TeamUsage(models.Model):
+    """A team's GPU-seconds, decayed with the configured half-life, as of `as_of`.
+
+    Each cycle decays the stored value by the time since `as_of` and adds what ran in
+    between, so no cycle reads the whole job history.
+    """
+
+    team = models.OneToOneField(Team, on_delete=models.CASCADE, related_name="usage")
+    decayed_gpu_seconds = models.FloatField(default=0.0)
+    as_of = models.DateTimeField()
+
+    class Meta:
+        verbose_name_plural = "team usage"
+
+    def __str__(self) -> str:
+        return f"{self.team_id}: {self.decayed_gpu_seconds:.0f} GPU-s"
