@@ -1,0 +1,81 @@
+"""The queue page: pending jobs in the order the active policy will consider them, with
+each one's position, why it waits and when it should start; and the running jobs."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from django.core.paginator import Paginator
+from django.db.models import F, QuerySet
+from django.http import HttpRequest, HttpResponse
+from django.shortcuts import render
+from django.template.loader import render_to_string
+
+from fleet.models import Job, JobState
+from fleet.models.jobs import ACTIVE_STATES
+from fleet.selectors.jobs import job_list
+from fleet.services.access import team_ids
+from fleet.web import live, sources
+from fleet.web.access import member_required
+
+PER_PAGE = 50
+SCOPES = ("all", "team", "mine")
+
+
+def scoped(jobs: QuerySet[Job], user: Any, scope: str) -> QuerySet[Job]:
+    if scope == "mine":
+        return jobs.filter(owner=user)
+    if scope == "team":
+        return jobs.filter(team_id__in=team_ids(user))
+    return jobs
+
+
+def queue_order(jobs: QuerySet[Job]) -> QuerySet[Job]:
+    """The scheduling cycle writes each pending job's queue_position; jobs it has not seen
+    yet follow, oldest first."""
+    return jobs.order_by(F("queue_position").asc(nulls_last=True), "submitted_at", "id")
+
+
+def queue_context(request: HttpRequest, scope: str) -> dict[str, Any]:
+    jobs = scoped(job_list(fetched_by=request.user), request.user, scope)
+    pending = Paginator(queue_order(jobs.filter(state=JobState.PENDING)), PER_PAGE).get_page(
+        request.GET.get("page")
+    )
+    running = Paginator(
+        jobs.filter(state__in=ACTIVE_STATES).order_by("started_at", "assigned_at", "id"),
+        PER_PAGE,
+    ).get_page(request.GET.get("rpage"))
+    held = jobs.filter(state=JobState.HELD).order_by("submitted_at")[:PER_PAGE]
+    start = (pending.number - 1) * PER_PAGE
+    rows = [(job.queue_position or start + i + 1, job) for i, job in enumerate(pending)]
+    return {
+        "scope": scope,
+        "scopes": SCOPES,
+        "pending": pending,
+        "rows": rows,
+        "running": running,
+        "held": list(held),
+        "policy": sources.active_policy_name(),
+    }
+
+
+@member_required
+def queue_page(request: HttpRequest) -> HttpResponse:
+    scope = request.GET.get("scope", "all")
+    if scope not in SCOPES:
+        scope = "all"
+    key = "queue:" + request.GET.urlencode() + ("" if scope == "all" else f":u{request.user.pk}")
+    html = live.shared_fragment(
+        key,
+        lambda: render_to_string(
+            "partials/queue_tables.html", queue_context(request, scope), request=request
+        ),
+    )
+    if live.is_partial(request):
+        return HttpResponse(html)
+    query = request.GET.urlencode()
+    return render(
+        request,
+        "web/queue.html",
+        {"tables": html, "scope": scope, "scopes": SCOPES, "query": query},
+    )
