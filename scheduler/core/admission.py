@@ -73,9 +73,24 @@ class FleetProfile:
         return _limit_error(job, team)
 
 
+_last_profile: tuple[tuple[NodeState, ...], FleetProfile] | None = None
+
+
+def fleet_profile(nodes: Iterable[NodeState]) -> FleetProfile:
+    """The profile of these nodes, reused while callers pass the same (immutable) tuple,
+    so checking every waiting job of a snapshot does not rescan the fleet each time."""
+    global _last_profile
+    if isinstance(nodes, tuple) and _last_profile is not None and _last_profile[0] is nodes:
+        return _last_profile[1]
+    profile = FleetProfile(nodes)
+    if isinstance(nodes, tuple):
+        _last_profile = (nodes, profile)
+    return profile
+
+
 def admission_error(job: Any, nodes: Iterable[NodeState], team: TeamState | None) -> str | None:
     """Why the job can never start on this fleet under this team's limits, or None."""
-    return FleetProfile(nodes).error(job, team)
+    return fleet_profile(nodes).error(job, team)
 
 
 def _limit_error(job: Any, team: TeamState | None) -> str | None:
