@@ -188,12 +188,15 @@ def _eta(value: float | None) -> datetime | None:
 def wait_rows(
     snap: DbSnapshot, estimates: Estimates, outcome: Outcome
 ) -> list[tuple[int, str, int | None, datetime | None]]:
-    """(job id, reason, position, eta) for waiting jobs whose stored values differ."""
+    """(job id, reason, position, eta) for waiting jobs whose stored values differ.
+
+    Positions count only the jobs still waiting, in the policy's order."""
     rows = []
     placed = set(outcome.placed)
-    for job_id, (position, eta, reason) in estimates.items():
-        if job_id in placed:
-            continue
+    waiting = sorted(
+        (item for item in estimates.items() if item[0] not in placed), key=lambda i: i[1][0]
+    )
+    for position, (job_id, (_, eta, reason)) in enumerate(waiting, start=1):
         skipped = outcome.skipped.get(job_id)
         if skipped is not None:
             reason = f"{skipped}; the next cycle decides again"

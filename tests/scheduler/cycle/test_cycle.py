@@ -1,0 +1,221 @@
+from __future__ import annotations
+
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.utils import timezone
+
+from fleet.models import Job, JobEvent, JobState, Node
+from fleet.services import messaging
+from fleet.services.job_states import Actor, job_transition
+from scheduler.cycle.apply import apply_plan, wait_rows, write_waits
+from scheduler.cycle.runner import estimates_for, plan_for, run_cycle
+from scheduler.cycle.snapshot import build_snapshot
+from scheduler.models import CycleRecord
+from tests.scheduler.cycle.conftest import make_job, make_node, make_running
+
+pytestmark = pytest.mark.django_db
+
+
+def _starts(sent: list[Any]) -> list[dict[str, Any]]:
+    return [kwargs for task, _, kwargs in sent if task == messaging.START_JOB_TASK]
+
+
+def test_places_on_free_gpus_of_up_nodes_only_with_events(
+    owner: Any, team: Any, sent: list[Any], django_capture_on_commit_callbacks: Any
+) -> None:
+    make_node("sim-a", 4)
+    make_node("sim-b", 4, state="draining")
+    make_node("sim-c", 4, state="down")
+    jobs = [make_job(owner, team) for _ in range(6)]
+    with django_capture_on_commit_callbacks(execute=True):
+        record = run_cycle()
+    assert record is not None and record.placed == 4 and record.pending == 6
+
+    placed = Job.objects.filter(state=JobState.ASSIGNED).select_related("node")
+    assert {j.node.name for j in placed} == {"sim-a"}
+    assert sorted(i for j in placed for i in j.gpu_indices) == [0, 1, 2, 3]
+    assert all(j.attempt == 1 and j.queue_position is None for j in placed)
+    for job in placed:
+        event = JobEvent.objects.get(job=job, to_state="assigned")
+        assert event.actor_kind == "scheduler" and event.attempt == 1
+        assert event.reason.startswith("placed by policy priority on sim-a GPU")
+    starts = _starts(sent)
+    assert sorted(s["job_id"] for s in starts) == sorted(j.pk for j in placed)
+    assert all(s["attempt"] == 1 and len(s["spec"]["gpu_indices"]) == 1 for s in starts)
+    assert {q for t, q, _ in sent if t == messaging.START_JOB_TASK} == {"node.sim-a"}
+
+    waiting = Job.objects.filter(state=JobState.PENDING).order_by("queue_position")
+    assert [j.queue_position for j in waiting] == [1, 2]
+    assert {j.pk for j in waiting} <= {j.pk for j in jobs}
+    # The priority policy reserves GPUs for the first in line; the second waits behind it.
+    assert waiting[0].state_reason.startswith("first in line: GPUs ")
+    assert waiting[0].eta is not None
+    assert waiting[1].state_reason.startswith("needs 1 GPU on one node; no suitable GPU is free")
+    assert f"reserved for job {waiting[0].pk}" in waiting[1].state_reason
+
+
+def test_a_gang_of_four_goes_to_one_node(owner: Any, team: Any, sent: list[Any]) -> None:
+    a = make_node("sim-a", 4)
+    make_node("sim-b", 4)
+    make_running(owner, team, a, [2])
+    gang = make_job(owner, team, gpus=4)
+    run_cycle()
+    gang.refresh_from_db()
+    assert gang.state == JobState.ASSIGNED
+    assert gang.node is not None and gang.node.name == "sim-b"
+    assert sorted(gang.gpu_indices) == [0, 1, 2, 3]
+
+
+def test_fractional_jobs_share_a_gpu(owner: Any, team: Any, sent: list[Any]) -> None:
+    make_node("sim-a", 1)
+    fractions = [
+        make_job(owner, team, gpus=0, gpu_memory_mb=30000, gpu_compute_percent=40) for _ in range(3)
+    ]
+    record = run_cycle()
+    assert record is not None and record.placed == 2
+    states = {j.pk: j for j in Job.objects.filter(id__in=[f.pk for f in fractions])}
+    placed = [j for j in states.values() if j.state == JobState.ASSIGNED]
+    assert [j.gpu_indices for j in placed] == [[0], [0]]
+    assert placed[0].node_id == placed[1].node_id
+    third = next(j for j in states.values() if j.state == JobState.PENDING)
+    # 2 x 30000 MB of 81920 MB leaves 21920 MB: the third waits for one to end.
+    assert third.state_reason.startswith("first in line: GPUs 0 on sim-a are reserved")
+
+
+def test_a_decision_whose_job_changed_since_the_snapshot_is_skipped(
+    owner: Any, team: Any, sent: list[Any]
+) -> None:
+    make_node("sim-a", 2)
+    held, cancelled = make_job(owner, team), make_job(owner, team)
+    snap = build_snapshot()
+    _, plan, _ = plan_for(snap)
+    assert {p.job_id for p in plan.places} == {held.pk, cancelled.pk}
+    job_transition(job_id=held.pk, action="hold", actor=Actor.user(owner), reason="wait")
+    job_transition(job_id=cancelled.pk, action="cancel", actor=Actor.user(owner))
+    outcome = apply_plan(snap, plan)
+    assert outcome.placed == [] and set(outcome.skipped) == {held.pk, cancelled.pk}
+    assert "changed since the snapshot" in outcome.skipped[held.pk]
+    assert Job.objects.get(pk=held.pk).state == JobState.HELD
+    assert Job.objects.get(pk=cancelled.pk).state == JobState.CANCELLED
+    assert not JobEvent.objects.filter(to_state="assigned").exists()
+
+
+def test_a_placement_on_a_gpu_taken_or_a_node_drained_meanwhile_is_skipped(
+    owner: Any, team: Any, teammate: Any, sent: list[Any]
+) -> None:
+    a = make_node("sim-a", 1)
+    make_node("sim-b", 1)
+    first, second = make_job(owner, team), make_job(owner, team)
+    snap = build_snapshot()
+    _, plan, _ = plan_for(snap)
+    where = {p.job_id: p.node for p in plan.places}
+    assert set(where) == {first.pk, second.pk}
+    # Meanwhile a job shows up on sim-a's GPU and sim-b starts draining.
+    make_running(teammate, team, a, [0])
+    Node.objects.filter(name="sim-b").update(state="draining")
+    outcome = apply_plan(snap, plan)
+    assert outcome.placed == []
+    reasons = " | ".join(outcome.skipped.values())
+    assert "GPU 0 is now taken on sim-a" in reasons and "node sim-b is no longer up" in reasons
+    assert Job.objects.filter(pk__in=[first.pk, second.pk], state=JobState.PENDING).count() == 2
+
+
+def test_waits_are_written_only_for_jobs_still_pending(
+    owner: Any, team: Any, sent: list[Any]
+) -> None:
+    make_running(owner, team, make_node("sim-a", 1), [0])
+    waiting, held = make_job(owner, team), make_job(owner, team)
+    snap = build_snapshot()
+    policy, plan, _ = plan_for(snap)
+    assert plan.places == ()
+    job_transition(job_id=held.pk, action="hold", actor=Actor.user(owner), reason="my hold")
+    rows = wait_rows(snap, estimates_for(snap, policy, plan), apply_plan(snap, plan))
+    assert write_waits(rows) == 1
+    waiting.refresh_from_db()
+    held.refresh_from_db()
+    assert waiting.state == JobState.PENDING and waiting.queue_position == 1
+    assert "reserved for it, expected to start in 1h 00m" in waiting.state_reason
+    assert waiting.eta is not None
+    assert (held.state, held.state_reason, held.queue_position) == ("held", "my hold", None)
+    # Nothing changed, so the next cycle writes nothing.
+    snap = build_snapshot()
+    policy, plan, _ = plan_for(snap)
+    assert wait_rows(snap, estimates_for(snap, policy, plan), apply_plan(snap, plan)) == []
+
+
+def test_preemption_requeues_a_borrowers_job_for_a_team_under_its_guarantee(
+    owner: Any,
+    team: Any,
+    outsider: Any,
+    other_team: Any,
+    sent: list[Any],
+    django_capture_on_commit_callbacks: Any,
+) -> None:
+    team.guaranteed_gpus = 4
+    team.save()
+    a = make_node("sim-a", 4)
+    borrowed = [make_running(outsider, other_team, a, [i], preemptible=True) for i in range(4)]
+    last_chance = borrowed[0]
+    Job.objects.filter(pk=last_chance.pk).update(max_requeues=0)
+    claimant = make_job(owner, team, gpus=4)
+    with django_capture_on_commit_callbacks(execute=True):
+        record = run_cycle()
+    assert record is not None and record.preempted == 4 and record.placed == 0
+    states = dict(Job.objects.filter(team=other_team).values_list("id", "state"))
+    assert states.pop(last_chance.pk) == JobState.FAILED
+    assert set(states.values()) == {JobState.PENDING}
+    for job in Job.objects.filter(pk__in=states):
+        assert job.requeues == 1 and job.node is None
+        event = job.events.get(to_state="pending")
+        assert event.actor_kind == "scheduler"
+        assert event.reason == (
+            f"preempted for job {claimant.pk}: team vision reclaims its guaranteed GPUs "
+            "from borrowing team speech"
+        )
+    failed_reason = Job.objects.get(pk=last_chance.pk).state_reason
+    assert failed_reason.endswith("not requeued: it was requeued 0 times (max_requeues 0)")
+    stops = [(q, k) for t, q, k in sent if t == messaging.STOP_JOB_TASK]
+    assert sorted(k["job_id"] for _, k in stops) == sorted(b.pk for b in borrowed)
+    assert all(q == "node.sim-a" and k["attempt"] == 1 for q, k in stops)
+    assert any(t == messaging.SCHEDULE_TASK for t, _, _ in sent)
+
+    # The GPUs are free in the database now: the next cycle places the claimant.
+    run_cycle()
+    claimant.refresh_from_db()
+    assert claimant.state == JobState.ASSIGNED and sorted(claimant.gpu_indices) == [0, 1, 2, 3]
+
+
+def test_team_usage_decays_with_the_half_life(
+    owner: Any, team: Any, other_team: Any, sent: list[Any]
+) -> None:
+    from scheduler.cycle.config import settings_update
+    from scheduler.models import TeamUsage
+
+    settings_update(user=None, params={"fairshare_half_life": 3600})
+    a = make_node("sim-a", 2)
+    now = timezone.now()
+    job = make_running(owner, team, a, [0, 1])
+    Job.objects.filter(pk=job.pk).update(started_at=now - timedelta(hours=1))
+    run_cycle(now=now)
+    first = TeamUsage.objects.get(team=team).decayed_gpu_seconds
+    # 2 GPUs for an hour, decayed from its middle (half an hour ago): 7200 * 0.5 ** 0.5.
+    assert first == pytest.approx(7200 * 0.5**0.5, rel=1e-6)
+    assert TeamUsage.objects.get(team=other_team).decayed_gpu_seconds == 0
+    job_transition(job_id=job.pk, action="succeed", actor=Actor.node("sim-a"))
+    Job.objects.filter(pk=job.pk).update(finished_at=now)
+    run_cycle(now=now + timedelta(hours=1))
+    assert TeamUsage.objects.get(team=team).decayed_gpu_seconds == pytest.approx(first / 2)
+
+
+def test_only_the_latest_cycle_records_are_kept(
+    owner: Any, team: Any, sent: list[Any], monkeypatch: Any
+) -> None:
+    from scheduler.cycle import runner
+
+    monkeypatch.setattr(runner, "KEEP_CYCLES", 2)
+    records = [run_cycle() for _ in range(3)]
+    assert list(CycleRecord.objects.values_list("id", flat=True)) == [
+        r.pk for r in reversed(records[1:]) if r is not None
+    ]
