@@ -51,7 +51,7 @@ def gpu_hours(*, since: datetime, until: datetime, now: datetime) -> Usage:
         "finished_at", "state",
     )  # fmt: skip
     for team, user, gpus, percent, started, finished, state in rows:
-        if finished is None and state not in ACTIVE_STATES:
+        if started is None or (finished is None and state not in ACTIVE_STATES):
             continue  # lost or requeued without a finish time: nothing to count on
         start = max(started, since)
         end = min(finished or end_cap, end_cap)

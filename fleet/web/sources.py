@@ -34,19 +34,17 @@ def api_url(name: str, **kwargs: Any) -> str | None:
 
 
 def latest_samples(nodes: Iterable[Node]) -> dict[tuple[int, int], dict[str, Any]] | None:
-    """The newest reading of each GPU of these nodes, keyed by (node id, GPU index).
-    None: no telemetry store exists yet."""
+    """The newest cached reading of each GPU of these nodes (GPUs must be prefetched),
+    keyed by (node id, GPU index). None: no telemetry store exists yet. One cache
+    round trip, no database query."""
     telemetry = _module("fleet.selectors.telemetry")
-    fetch = getattr(telemetry, "gpu_latest", None)
+    fetch = getattr(telemetry, "gpu_latest_samples", None)
     if fetch is None:
         return None
-    nodes = list(nodes)
-    by_name = {n.name: n.pk for n in nodes}
-    out: dict[tuple[int, int], dict[str, Any]] = {}
-    for (node_name, index), sample in fetch(node_names=list(by_name)).items():
-        if node_name in by_name and sample:
-            out[(by_name[node_name], int(index))] = sample
-    return out
+    gpus = [g for n in nodes for g in n.gpus.all()]
+    found = fetch(gpus)
+    where = {g.uuid: (g.node_id, g.index) for g in gpus}
+    return {where[uuid]: sample for uuid, sample in found.items() if uuid in where}
 
 
 def telemetry_history(
@@ -55,27 +53,42 @@ def telemetry_history(
     """GPU readings of one node over [since, until], oldest first, each a dict with `at`,
     `index` and the sample fields. None: no telemetry history exists yet."""
     telemetry = _module("fleet.selectors.telemetry")
-    fetch = getattr(telemetry, "gpu_history", None)
+    fetch = getattr(telemetry, "telemetry_history", None)
     if fetch is None:
         return None
-    rows = fetch(node=node, since=since, until=until)
-    if gpu_indices is not None:
-        wanted = set(gpu_indices)
-        rows = [r for r in rows if r.get("index") in wanted]
-    return list(rows)
+    history = fetch(node=node, since=since, until=until)
+    wanted = None if gpu_indices is None else set(gpu_indices)
+    rows = []
+    for gpu in history.get("gpus", []):
+        if wanted is not None and gpu["index"] not in wanted:
+            continue
+        for point in gpu.get("points", []):
+            rows.append({**point, "at": point.get("t"), "index": gpu["index"]})
+    return rows
 
 
-def scheduler_state() -> dict[str, Any] | None:
-    """Active policy, weights, tick interval and recent cycles. None: not available yet."""
-    selectors = _module("scheduler.selectors")
-    fetch = getattr(selectors, "scheduler_settings_get", None)
-    if fetch is None:
+def scheduler_settings() -> Any | None:
+    """The scheduler's settings row (created with defaults when missing), or None while
+    the scheduler app does not exist."""
+    config = _module("scheduler.cycle.config")
+    if config is None:
         return None
-    return fetch()
+    return config.settings_get()
+
+
+def recent_cycles(limit: int = 60) -> list[Any] | None:
+    models = _module("scheduler.models")
+    record = getattr(models, "CycleRecord", None)
+    if record is None:
+        return None
+    return list(record.objects.order_by("-id")[:limit])[::-1]
 
 
 def active_policy_name() -> str | None:
-    state = scheduler_state()
-    if not state:
+    """Read-only: the name of the policy the next cycle uses, None if unknown."""
+    models = _module("scheduler.models")
+    row_type = getattr(models, "SchedulerSettings", None)
+    if row_type is None:
         return None
-    return state.get("policy")
+    policy = row_type.objects.values_list("policy", flat=True).first()
+    return policy or getattr(models, "DEFAULT_POLICY", None)

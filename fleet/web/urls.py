@@ -17,5 +17,6 @@ urlpatterns = [
     path("usage/", usage.usage_page, name="usage"),
     path("usage.json", usage.usage_json, name="usage-json"),
     path("scheduler/", scheduler.scheduler_page, name="scheduler"),
+    path("scheduler/cycles.json", scheduler.scheduler_cycles_json, name="scheduler-cycles"),
     path("token/", token.token_page, name="token"),
 ]

@@ -11,6 +11,7 @@ from django.db.models import Count
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.template.loader import render_to_string
+from django.utils.dateparse import parse_datetime
 
 from fleet.models import Gpu, Job, Node, NodeState
 from fleet.models.jobs import ACTIVE_STATES
@@ -94,7 +95,7 @@ def build_rows(nodes: list[Node], now: float) -> tuple[list[NodeRow], bool]:
                 _fill(tile, sample, now)
             row.tiles.append(tile)
         rows.append(row)
-    return rows, samples is not None
+    return rows, bool(samples)
 
 
 def _fill(tile: Tile, sample: dict[str, Any], now: float) -> None:
@@ -110,8 +111,18 @@ def _fill(tile: Tile, sample: dict[str, Any], now: float) -> None:
     tile.temperature = None if temp is None else round(temp)
     power = sample.get("power_w")
     tile.power = None if power is None else round(power)
-    sampled_at = sample.get("sampled_at")
-    tile.stale = bool(sampled_at and now - float(sampled_at) > STALE_SECONDS)
+    at = sample_time(sample.get("sampled_at"))
+    tile.stale = at is not None and now - at > STALE_SECONDS
+
+
+def sample_time(value: Any) -> float | None:
+    """Seconds since the epoch of a reading's `sampled_at` (ISO text or a number)."""
+    if value is None:
+        return None
+    if isinstance(value, int | float):
+        return float(value)
+    parsed = parse_datetime(str(value))
+    return parsed.timestamp() if parsed else None
 
 
 def _page(request: HttpRequest) -> tuple[Any, int, str]:

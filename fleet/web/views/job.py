@@ -46,7 +46,7 @@ def _get(request: HttpRequest, job_id: int) -> Job:
 def timeline(job: Job, events: list[JobEvent], now: datetime) -> list[dict[str, Any]]:
     """Applied events in order, each with how long the job stayed in the state it entered."""
     applied = [e for e in events if e.applied]
-    rows = []
+    rows: list[dict[str, Any]] = []
     for i, event in enumerate(applied):
         end = applied[i + 1].at if i + 1 < len(applied) else (None if job.is_final else now)
         seconds = (end - event.at).total_seconds() if end else None

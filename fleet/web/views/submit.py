@@ -3,6 +3,8 @@ what-if line from the estimate endpoint when it exists."""
 
 from __future__ import annotations
 
+from typing import cast
+
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import redirect, render
@@ -17,7 +19,9 @@ from fleet.web.forms import JobForm
 
 @member_required
 def submit_page(request: HttpRequest) -> HttpResponse:
-    memberships = list(Membership.objects.filter(user=request.user).select_related("team"))
+    memberships = list(
+        Membership.objects.filter(user_id=cast(int, request.user.pk)).select_related("team")
+    )
     teams = [(m.team.slug, m.team.name) for m in memberships]
     default = next((m.team.slug for m in memberships if m.is_default), None)
     if request.method == "POST":

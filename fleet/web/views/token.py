@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from typing import cast
 
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
@@ -19,7 +20,7 @@ def token_page(request: HttpRequest) -> HttpResponse:
     key = None
     if request.method == "POST":
         key = token_rotate(user=request.user)
-    token = ApiToken.objects.filter(user=request.user).first()
+    token = ApiToken.objects.filter(user_id=cast(int, request.user.pk)).first()
     url = request.build_absolute_uri("/api/v1/jobs/")
     curl = (
         f"curl -X POST {url} \\\n"
