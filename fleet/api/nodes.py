@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import extend_schema, extend_schema_field
 from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
@@ -13,15 +13,36 @@ from rest_framework.views import APIView
 from fleet.api.permissions import IsStaff
 from fleet.models import Gpu, Node
 from fleet.selectors.nodes import gpu_jobs, node_get, node_list
+from fleet.selectors.telemetry import gpu_latest_samples
 from fleet.services.nodes import node_drain, node_resume
+
+
+class GpuLatestSampleSerializer(serializers.Serializer):
+    """The GPU's latest telemetry sample (from the cache), or null when none is recent."""
+
+    class Meta:
+        ref_name = "GpuLatestSample"
+
+    util_percent = serializers.FloatField(allow_null=True)
+    memory_used_mb = serializers.IntegerField(allow_null=True)
+    memory_total_mb = serializers.IntegerField()
+    temperature_c = serializers.FloatField(allow_null=True)
+    power_w = serializers.FloatField(allow_null=True)
+    sampled_at = serializers.DateTimeField()
 
 
 class GpuOutputSerializer(serializers.ModelSerializer):
     jobs = serializers.SerializerMethodField()
+    latest = serializers.SerializerMethodField()
 
     class Meta:
         model = Gpu
-        fields = ["index", "uuid", "model", "memory_mb", "jobs"]
+        fields = ["index", "uuid", "model", "memory_mb", "jobs", "latest"]
+
+    @extend_schema_field(GpuLatestSampleSerializer(allow_null=True))
+    def get_latest(self, gpu: Gpu) -> dict[str, Any] | None:
+        sample = self.context.get("latest", {}).get(gpu.uuid)
+        return GpuLatestSampleSerializer(sample).data if sample else None
 
     def get_jobs(self, gpu: Gpu) -> list[dict[str, Any]]:
         holders = self.context.get("holders", {}).get((gpu.node_id, gpu.index), [])
@@ -48,7 +69,9 @@ class NodeOutputSerializer(serializers.ModelSerializer):
 
 def _render(nodes: list[Node], many: bool) -> Any:
     holders = gpu_jobs(nodes)
-    data = NodeOutputSerializer(nodes, many=True, context={"holders": holders}).data
+    latest = gpu_latest_samples([g for n in nodes for g in n.gpus.all()])
+    context = {"holders": holders, "latest": latest}
+    data = NodeOutputSerializer(nodes, many=True, context=context).data
     return data if many else data[0]
 
 

@@ -2,22 +2,29 @@ from django.contrib.auth.decorators import login_required
 from django.urls import path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
-from fleet.api import jobs, me, nodes, teams
+from fleet.api import jobs, logs, me, nodes, teams, telemetry
 
 urlpatterns = [
     path("jobs/", jobs.JobListApi.as_view(), name="job-list"),
+    path("jobs/estimate/", estimate.JobEstimateApi.as_view(), name="job-estimate"),
     path("jobs/<int:job_id>/", jobs.JobDetailApi.as_view(), name="job-detail"),
     path("jobs/<int:job_id>/cancel/", jobs.JobCancelApi.as_view(), name="job-cancel"),
     path("jobs/<int:job_id>/hold/", jobs.JobHoldApi.as_view(), name="job-hold"),
     path("jobs/<int:job_id>/release/", jobs.JobReleaseApi.as_view(), name="job-release"),
     path("jobs/<int:job_id>/requeue/", jobs.JobRequeueApi.as_view(), name="job-requeue"),
     path("jobs/<int:job_id>/events/", jobs.JobEventsApi.as_view(), name="job-events"),
+    path("jobs/<int:job_id>/logs/", logs.JobLogsApi.as_view(), name="job-logs"),
     path("nodes/", nodes.NodeListApi.as_view(), name="node-list"),
     path("nodes/<str:name>/", nodes.NodeDetailApi.as_view(), name="node-detail"),
     path("nodes/<str:name>/drain/", nodes.NodeDrainApi.as_view(), name="node-drain"),
     path("nodes/<str:name>/resume/", nodes.NodeResumeApi.as_view(), name="node-resume"),
+    path(
+        "nodes/<str:name>/telemetry/", telemetry.NodeTelemetryApi.as_view(), name="node-telemetry"
+    ),
     path("teams/", teams.TeamListApi.as_view(), name="team-list"),
     path("teams/<slug:slug>/", teams.TeamDetailApi.as_view(), name="team-detail"),
+    path("queue/", queue.QueueApi.as_view(), name="queue"),
+    path("scheduler/", scheduler_settings.SchedulerSettingsApi.as_view(), name="scheduler"),
     path("me/", me.MeApi.as_view(), name="me"),
     path("tokens/", me.TokenApi.as_view(), name="tokens"),
     path("schema/", SpectacularAPIView.as_view(), name="schema"),

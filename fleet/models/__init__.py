@@ -1,16 +1,20 @@
 from fleet.models.jobs import Job, JobEvent, JobState
 from fleet.models.nodes import Gpu, Node, NodeState
 from fleet.models.teams import ApiToken, Membership, Role, Team
+from fleet.models.telemetry import JobLogChunk, TelemetryRollup, TelemetrySample
 
 __all__ = [
     "ApiToken",
     "Gpu",
     "Job",
     "JobEvent",
+    "JobLogChunk",
     "JobState",
     "Membership",
     "Node",
     "NodeState",
     "Role",
     "Team",
+    "TelemetryRollup",
+    "TelemetrySample",
 ]

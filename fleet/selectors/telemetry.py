@@ -1,0 +1,115 @@
+"""Reading GPU telemetry (latest samples, history) and job output."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.core.cache import cache
+from django.utils import timezone
+
+from fleet.models import Gpu, Job, JobLogChunk, Node, TelemetryRollup, TelemetrySample
+from fleet.models.jobs import ACTIVE_STATES
+from fleet.services.telemetry import LATEST_KEY, raw_retention
+
+POINT_FIELDS = ("util_percent", "memory_used_mb", "memory_total_mb", "temperature_c", "power_w")
+LOG_READ_BYTES = 65536
+
+
+def gpu_latest_samples(gpus: list[Gpu]) -> dict[str, dict[str, Any]]:
+    """Latest cached sample of each GPU, by uuid (GPUs without a recent one are left out)."""
+    if not gpus:
+        return {}
+    keys = {LATEST_KEY.format(uuid=g.uuid): g.uuid for g in gpus}
+    try:
+        found = cache.get_many(list(keys))
+    except Exception:
+        return {}
+    return {keys[k]: v for k, v in found.items()}
+
+
+def telemetry_history(
+    *,
+    node: Node,
+    gpu_index: int | None = None,
+    since: datetime | None = None,
+    until: datetime | None = None,
+    now: datetime | None = None,
+) -> dict[str, Any]:
+    """GPU history of one node between `since` (default: an hour ago) and `until`
+    (default: now). Raw samples when the range lies within the raw retention window,
+    one-minute rollups (averages) otherwise."""
+    now = now or timezone.now()
+    until = until or now
+    since = since or until - timedelta(hours=1)
+    raw = since >= now - raw_retention()
+    gpus = list(node.gpus.order_by("index"))
+    if gpu_index is not None:
+        gpus = [g for g in gpus if g.index == gpu_index]
+    points: dict[int, list[dict[str, Any]]] = {g.pk: [] for g in gpus}
+    if raw:
+        rows = TelemetrySample.objects.filter(
+            gpu__in=gpus, sampled_at__gte=since, sampled_at__lte=until
+        ).order_by("sampled_at")
+        for r in rows.values("gpu_id", "sampled_at", *POINT_FIELDS):
+            points[r.pop("gpu_id")].append({"t": r.pop("sampled_at"), **r})
+    else:
+        rollups = TelemetryRollup.objects.filter(
+            gpu__in=gpus, minute__gte=since, minute__lte=until
+        ).order_by("minute")
+        for r in rollups.values("gpu_id", "minute", "util_percent_max", *POINT_FIELDS):
+            points[r.pop("gpu_id")].append({"t": r.pop("minute"), **r})
+    return {
+        "node": node.name,
+        "resolution": "raw" if raw else "1m",
+        "since": since,
+        "until": until,
+        "gpus": [{"index": g.index, "uuid": g.uuid, "points": points[g.pk]} for g in gpus],
+    }
+
+
+def _utf8_safe_end(data: bytes) -> int:
+    """Length of the longest prefix that does not end inside a UTF-8 character."""
+    for back in range(1, min(4, len(data)) + 1):
+        byte = data[-back]
+        if byte & 0xC0 == 0x80:
+            continue  # a continuation byte: look further back for the lead byte
+        need = 2 if byte & 0xE0 == 0xC0 else 3 if byte & 0xF0 == 0xE0 else 4 if byte >= 0xF0 else 1
+        return len(data) if need <= back else len(data) - back
+    return len(data)
+
+
+def job_log_read(
+    *, job: Job, offset: int = 0, attempt: int | None = None, limit: int = LOG_READ_BYTES
+) -> dict[str, Any]:
+    """Output of one attempt (default: the latest) from byte `offset`: {"data", "offset",
+    "next_offset", "complete", "attempt"}. `complete` is true once the attempt has ended
+    and everything it sent has been read."""
+    attempt = job.attempt if attempt is None else attempt
+    chunks = JobLogChunk.objects.filter(
+        job=job, attempt=attempt, end__gt=offset, offset__lt=offset + limit
+    ).order_by("offset")
+    buf = bytearray()
+    pos = offset
+    for chunk in chunks:
+        if chunk.offset > pos:
+            break  # a chunk still in transit: read up to the gap
+        buf += bytes(chunk.data)[pos - chunk.offset :]
+        pos = offset + len(buf)
+    data = bytes(buf[:limit])
+    stored = JobLogChunk.objects.filter(job=job, attempt=attempt)
+    last = stored.order_by("-end").values("end").first()
+    total = last["end"] if last else 0
+    ended = stored.filter(eof=True).exists() or not (
+        job.attempt == attempt and job.state in ACTIVE_STATES
+    )
+    if offset + len(data) < total or not ended:
+        data = data[: _utf8_safe_end(data)]
+    next_offset = offset + len(data)
+    return {
+        "data": data.decode("utf-8", errors="replace"),
+        "offset": offset,
+        "next_offset": next_offset,
+        "complete": ended and next_offset >= total,
+        "attempt": attempt,
+    }

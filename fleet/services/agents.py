@@ -1,0 +1,342 @@
+"""What agents tell the control side, and what the control side does when they fall silent.
+
+Every message from an agent names its node and carries the node's key; `node_authenticate`
+refuses (and logs) a wrong one. Then:
+
+- `agent_register` (agent start): GPU inventory, backend, version, and the attempts the
+  agent still runs; the node comes back up.
+- `agent_heartbeat` (every few seconds): the attempts it runs. Both reconcile (DESIGN.md
+  rule 7): attempts the database no longer assigns to that node are sent back to stop;
+  an assigned attempt the agent runs is confirmed as started (its start report was lost).
+- `job_report_apply`: one supervisor event, applied through the state machine and fenced
+  by attempt (rule 3); anything not applicable is recorded with `job_record_ignored`.
+- `nodes_reap` (beat): silent nodes go down, their jobs become lost and are requeued or
+  failed; assigned jobs whose start was never confirmed go back to the queue (rule 1).
+"""
+
+from __future__ import annotations
+
+import hmac
+import logging
+import os
+import secrets
+from collections.abc import Iterable, Sequence
+from datetime import datetime, timedelta
+from typing import Any
+
+from django.conf import settings
+from django.db import transaction
+from django.db.models import Q
+from django.utils import timezone
+
+from fleet.errors import Conflict
+from fleet.models import Gpu, Job, JobState, Node, NodeState
+from fleet.models.jobs import ACTIVE_STATES
+from fleet.services import messaging
+from fleet.services.job_states import SYSTEM, Actor, job_record_ignored, job_transition
+from fleet.services.jobs import stop_previous_attempt
+from fleet.services.tokens import hash_key
+
+log = logging.getLogger(__name__)
+
+# Sent to an agent with the attempts it runs that the database no longer assigns to it.
+RECONCILE_TASK = "workers.tasks.reconcile"
+
+
+def _setting(name: str, default: float) -> float:
+    value = getattr(settings, name, None)
+    return float(value if value is not None else os.environ.get(name, default))
+
+
+def start_timeout_s() -> float:
+    """How long an assigned job may wait for its node to confirm the start."""
+    return _setting("FLEET_START_TIMEOUT", 120)
+
+
+# -- credentials ----------------------------------------------------------------------------
+
+
+def node_key_create(*, name: str) -> tuple[Node, str]:
+    """Create the node (down until its agent registers) or give it a new key; the old key
+    stops working. Returns the node and the key, which is stored only as a hash."""
+    key = secrets.token_urlsafe(32)
+    with transaction.atomic():
+        node, created = Node.objects.get_or_create(
+            name=name,
+            defaults={"state": NodeState.DOWN, "state_reason": "waiting for its agent"},
+        )
+        node.key_hash = hash_key(key)
+        node.save(update_fields=["key_hash"])
+    return node, key
+
+
+def node_authenticate(*, name: str, key: str | None) -> Node | None:
+    """The node, when `key` is its key; None (and a warning in the log) otherwise."""
+    node = Node.objects.filter(name=name).first()
+    if node is None:
+        log.warning("refused a message from unknown node %r", name)
+        return None
+    if not node.key_hash or not hmac.compare_digest(node.key_hash, hash_key(key or "")):
+        log.warning("refused a message from node %r: wrong node key", name)
+        return None
+    return node
+
+
+# -- registration and heartbeats ------------------------------------------------------------
+
+
+def _sync_gpus(node: Node, gpus: Sequence[dict[str, Any]]) -> None:
+    """Make the node's GPU rows match the inventory. A GPU is its uuid: one that moved to
+    another index or node is recreated there; model and memory are updated in place."""
+    wanted = {str(g["uuid"]): g for g in gpus}
+    rows = list(Gpu.objects.filter(Q(node=node) | Q(uuid__in=list(wanted))))
+    stale = [
+        r.pk
+        for r in rows
+        if r.uuid not in wanted or r.node_id != node.pk or r.index != int(wanted[r.uuid]["index"])
+    ]
+    Gpu.objects.filter(pk__in=stale).delete()
+    kept = {r.uuid: r for r in rows if r.pk not in stale}
+    for uuid, info in wanted.items():
+        model, memory = str(info["model"]), int(info["memory_total_mb"])
+        row = kept.get(uuid)
+        if row is None:
+            Gpu.objects.create(
+                node=node, index=int(info["index"]), uuid=uuid, model=model, memory_mb=memory
+            )
+        elif (row.model, row.memory_mb) != (model, memory):
+            Gpu.objects.filter(pk=row.pk).update(model=model, memory_mb=memory)
+
+
+def _node_seen(node: Node, now: datetime) -> None:
+    Node.objects.filter(pk=node.pk).update(last_heartbeat=now)
+    came_back = Node.objects.filter(pk=node.pk, state=NodeState.DOWN).update(
+        state=NodeState.UP, state_reason=""
+    )
+    if came_back:
+        log.info("node %s is up", node.name)
+        messaging.request_schedule()
+
+
+def agent_register(
+    *,
+    node: Node,
+    backend: str,
+    agent_version: str,
+    gpus: Sequence[dict[str, Any]],
+    running: Iterable[Sequence[Any]] = (),
+    now: datetime | None = None,
+) -> list[tuple[int, int]]:
+    """Record the node's inventory (idempotent) and reconcile; returns the attempts the
+    agent is told to stop."""
+    now = now or timezone.now()
+    with transaction.atomic():
+        _sync_gpus(node, gpus)
+        Node.objects.filter(pk=node.pk).update(
+            gpu_backend=backend[:20], agent_version=agent_version[:50]
+        )
+        _node_seen(node, now)
+        return _reconcile(node, running)
+
+
+def agent_heartbeat(
+    *, node: Node, running: Iterable[Sequence[Any]] = (), now: datetime | None = None
+) -> list[tuple[int, int]]:
+    """The node is alive and runs `running` ([job_id, attempt, pid] each); returns the
+    attempts the agent is told to stop."""
+    with transaction.atomic():
+        _node_seen(node, now or timezone.now())
+        return _reconcile(node, running)
+
+
+def _reconcile(node: Node, running: Iterable[Sequence[Any]]) -> list[tuple[int, int]]:
+    pids = {(int(r[0]), int(r[1])): (int(r[2]) if len(r) > 2 and r[2] else None) for r in running}
+    if not pids:
+        return []
+    active = {
+        (row["id"], row["attempt"]): row["state"]
+        for row in Job.objects.filter(
+            id__in={job_id for job_id, _ in pids}, node=node, state__in=ACTIVE_STATES
+        ).values("id", "attempt", "state")
+    }
+    stops = sorted(key for key in pids if key not in active)
+    for key, state in active.items():
+        if key in pids and state == JobState.ASSIGNED:
+            job_report_apply(
+                node=node, job_id=key[0], attempt=key[1], state="running", pid=pids[key]
+            )
+    if stops:
+        log.info("node %s runs attempts it is no longer assigned: %s", node.name, stops)
+        messaging.send_to_node_on_commit(
+            node.name,
+            RECONCILE_TASK,
+            stop=[list(k) for k in stops],
+            reason="the control side no longer assigns this attempt to this node",
+        )
+    return stops
+
+
+# -- job reports ----------------------------------------------------------------------------
+
+# Supervisor state -> transitions to apply, in order. A report that skips "running" (its
+# running report was lost or arrives later) applies the start first, so the job still
+# passes through running; the later running report is then recorded as ignored.
+# "cancelled" for an attempt the database still runs means the node stopped it on its own:
+# it ends as failed, so the job never stays running on a node that no longer runs it.
+REPORT_ACTIONS: dict[str, tuple[str, ...]] = {
+    "running": ("start",),
+    "succeeded": ("start", "succeed"),
+    "failed": ("fail",),
+    "timeout": ("start", "time_out"),
+    "preempted": ("preempt",),
+    "cancelled": ("fail",),
+}
+
+
+def job_report_apply(
+    *,
+    node: Node,
+    job_id: int,
+    attempt: int,
+    state: str,
+    pid: int | None = None,
+    exit_code: int | None = None,
+    reason: str = "",
+) -> bool:
+    """Apply one supervisor event; True when it changed the job. Reports for another
+    attempt, another node, or a job no longer assigned/running are recorded and ignored, so
+    duplicated and reordered reports change nothing twice."""
+    actor = Actor.node(node.name)
+    actions = REPORT_ACTIONS.get(state)
+    if actions is None:
+        log.warning("node %s reported unknown state %r for job %s", node.name, state, job_id)
+        return False
+    current = Job.objects.filter(id=job_id).values("state", "attempt", "node_id").first()
+    why = ""
+    if current is None:
+        log.info("node %s reported %s for unknown job %s", node.name, state, job_id)
+        return False
+    if current["attempt"] != attempt:
+        why = f"the job is on attempt {current['attempt']}"
+    elif current["node_id"] != node.pk:
+        why = "the attempt is not assigned to this node"
+    elif current["state"] not in ACTIVE_STATES:
+        why = f"the job is already {current['state']}"
+    elif state == "running" and current["state"] == JobState.RUNNING:
+        why = "the job is already running"
+    if why:
+        job_record_ignored(job_id=job_id, action=state, actor=actor, attempt=attempt, why=why)
+        return False
+    if state == "cancelled":
+        reason = f"stopped on node {node.name}: {reason or 'cancelled'}"
+    applied = False
+    job: Job | None = None
+    with transaction.atomic():
+        for action in actions:
+            if action == "start" and current["state"] != JobState.ASSIGNED:
+                continue
+            fields: dict[str, Any] = {}
+            if action == "start":
+                fields = {"pid": pid} if pid else {}
+                text = "" if state == "running" else "running (its start report came later)"
+            else:
+                fields = {"exit_code": 0 if action == "succeed" else exit_code}
+                text = reason
+            try:
+                job = job_transition(
+                    job_id=job_id,
+                    action=action,
+                    actor=actor,
+                    reason=text,
+                    attempt=attempt,
+                    fields=fields,
+                )
+            except Conflict as exc:
+                job_record_ignored(
+                    job_id=job_id, action=state, actor=actor, attempt=attempt, why=exc.message
+                )
+                return applied
+            applied = True
+    if job is not None and job.state != JobState.RUNNING:
+        messaging.request_schedule()
+    return applied
+
+
+# -- the reaper -----------------------------------------------------------------------------
+
+
+def _requeue_lost(job: Job, reason: str) -> None:
+    lost = job_transition(
+        job_id=job.pk, action="lose", actor=SYSTEM, reason=reason, attempt=job.attempt
+    )
+    if lost.requeues < lost.max_requeues:
+        job_transition(
+            job_id=job.pk,
+            action="recover",
+            actor=SYSTEM,
+            reason=f"{reason}; requeued ({lost.requeues + 1} of {lost.max_requeues})",
+            attempt=job.attempt,
+        )
+    else:
+        job_transition(
+            job_id=job.pk,
+            action="fail_lost",
+            actor=SYSTEM,
+            reason=f"{reason}; not requeued: it was requeued {lost.requeues} times already",
+            attempt=job.attempt,
+        )
+
+
+def nodes_reap(*, now: datetime | None = None) -> dict[str, int]:
+    """One reaper round; returns how many nodes went down, jobs were lost, and starts were
+    given up on."""
+    now = now or timezone.now()
+    down = 0
+    for node in Node.objects.exclude(state=NodeState.DOWN):
+        deadline = now - timedelta(seconds=node.heartbeat_timeout)
+        if node.last_heartbeat is not None and node.last_heartbeat >= deadline:
+            continue
+        since = (
+            f"since {node.last_heartbeat:%Y-%m-%d %H:%M:%S} UTC" if node.last_heartbeat else "ever"
+        )
+        down += Node.objects.filter(
+            pk=node.pk, state=node.state, last_heartbeat=node.last_heartbeat
+        ).update(state=NodeState.DOWN, state_reason=f"no heartbeat {since}")
+        log.warning("node %s is down: no heartbeat %s", node.name, since)
+
+    lost = 0
+    on_down_nodes = Job.objects.filter(node__state=NodeState.DOWN, state__in=ACTIVE_STATES)
+    for job in on_down_nodes.select_related("node").only("id", "attempt", "node__name"):
+        assert job.node is not None
+        try:
+            with transaction.atomic():
+                _requeue_lost(job, f"node {job.node.name} went down")
+            lost += 1
+        except Conflict:
+            continue  # its state changed meanwhile (a report arrived): nothing to do
+
+    unconfirmed = 0
+    timeout = start_timeout_s()
+    stuck = Job.objects.filter(
+        state=JobState.ASSIGNED,
+        assigned_at__lt=now - timedelta(seconds=timeout),
+        node__state__in=[NodeState.UP, NodeState.DRAINING],
+    ).only("id", "attempt")
+    for job in stuck:
+        reason = f"the node did not confirm the start within {timeout:g} s"
+        try:
+            with transaction.atomic():
+                back = job_transition(
+                    job_id=job.pk,
+                    action="undispatch",
+                    actor=SYSTEM,
+                    reason=reason,
+                    attempt=job.attempt,
+                )
+                stop_previous_attempt(back, reason)
+            unconfirmed += 1
+        except Conflict:
+            continue
+    if down or lost or unconfirmed:
+        messaging.request_schedule()
+    return {"nodes_down": down, "jobs_lost": lost, "starts_given_up": unconfirmed}

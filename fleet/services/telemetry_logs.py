@@ -1,0 +1,58 @@
+"""Job output shipped by agents, stored in capped chunks.
+
+Why over the broker and into the database: the web never talks to GPU hosts (they may sit
+behind a firewall and only reach Redis), any web replica can serve any log, and a log stays
+readable after its node is gone. The agent reads the job's log file in chunks of at most
+64 KiB and sends each with its byte offset; the control side keeps at most
+FLEET_LOG_MAX_BYTES per attempt (the full log stays on the host, capped by the shim).
+Chunks are keyed by (job, attempt, offset), so a chunk sent twice is stored once.
+"""
+
+from __future__ import annotations
+
+import base64
+import logging
+import os
+
+from django.conf import settings
+
+from fleet.models import Job, JobLogChunk, Node
+
+log = logging.getLogger(__name__)
+
+
+def log_max_bytes() -> int:
+    value = getattr(settings, "FLEET_LOG_MAX_BYTES", None)
+    return int(value if value is not None else os.environ.get("FLEET_LOG_MAX_BYTES", 8 << 20))
+
+
+def log_chunk_store(
+    *, node: Node, job_id: int, attempt: int, offset: int, data_b64: str, eof: bool = False
+) -> bool:
+    """Keep one chunk of an attempt's output; False when it is refused (not this node's
+    current attempt, past the cap) or was already stored."""
+    job = Job.objects.filter(id=job_id).values("attempt", "node_id").first()
+    if job is None or job["attempt"] != attempt or job["node_id"] not in (node.pk, None):
+        log.info("dropped a log chunk of job %s.%s from node %s", job_id, attempt, node.name)
+        return False
+    data = base64.b64decode(data_b64)
+    cap = log_max_bytes()
+    if offset < 0 or offset > cap:
+        return False
+    data = data[: cap - offset]
+    if not data and not eof:
+        return False
+    created = JobLogChunk.objects.bulk_create(
+        [
+            JobLogChunk(
+                job_id=job_id,
+                attempt=attempt,
+                offset=offset,
+                end=offset + len(data),
+                data=data,
+                eof=eof,
+            )
+        ],
+        ignore_conflicts=True,
+    )
+    return bool(created)

@@ -1,0 +1,237 @@
+"""The agent end to end: real agent processes on Redis, real job processes, the control
+side's task functions applied in the test (see agent_harness)."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Iterator
+from datetime import timedelta
+from typing import Any
+
+import psutil
+import pytest
+import redis
+from django.conf import settings
+from django.core.cache import cache
+
+from fleet.models import Gpu, Job, JobEvent, Node, TelemetryRollup, TelemetrySample
+from fleet.services.agents import node_key_create, nodes_reap
+from fleet.services.dispatch import send_start_on_commit
+from fleet.services.job_states import SCHEDULER, job_transition
+from fleet.services.jobs import job_cancel
+from fleet.services.telemetry import LATEST_KEY, telemetry_rollup
+from tests.factories import JobFactory
+from tests.workers.agent_harness import AgentProcess, ControlPump, start_agent, unique_name
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture
+def control(django_capture_on_commit_callbacks: Any) -> Iterator[ControlPump]:
+    pump = ControlPump(unique_name("control-test"), django_capture_on_commit_callbacks)
+    yield pump
+    pump.close()
+    redis.Redis.from_url(settings.CELERY_BROKER_URL).delete(pump.queue)
+
+
+StartAgent = Callable[..., tuple[Node, AgentProcess]]
+
+
+@pytest.fixture
+def agents(tmp_path: Any, control: ControlPump) -> Iterator[StartAgent]:
+    started: list[AgentProcess] = []
+
+    def start(simulate: str = "2xA100-80GB") -> tuple[Node, AgentProcess]:
+        name = unique_name("e2e")
+        node, key = node_key_create(name=name)
+        agent = start_agent(name, key, tmp_path / name, control.queue, simulate=simulate)
+        started.append(agent)
+        control.pump(
+            lambda: (
+                Gpu.objects.filter(node=node).exists()
+                and Node.objects.get(pk=node.pk).state == "up"
+            ),
+            what=f"{name} to register",
+        )
+        return Node.objects.get(pk=node.pk), agent
+
+    yield start
+    broker = redis.Redis.from_url(settings.CELERY_BROKER_URL)
+    for agent in started:
+        agent.cleanup()
+        broker.delete(f"node.{agent.name}")
+
+
+def dispatch(control: ControlPump, job: Job, node: Node, gpus: tuple[int, ...] = (0,)) -> None:
+    def go() -> None:
+        dispatched = job_transition(
+            job_id=job.pk,
+            action="dispatch",
+            actor=SCHEDULER,
+            fields={"node": node, "gpu_indices": list(gpus)},
+        )
+        send_start_on_commit(dispatched)
+
+    control.run(go)
+
+
+def state_is(job: Job, *states: str) -> Callable[[], Job | None]:
+    def check() -> Job | None:
+        current = Job.objects.get(pk=job.pk)
+        return current if current.state in states else None
+
+    return check
+
+
+def group_pids(pgid: int | None) -> set[int]:
+    """Live (non-zombie) processes of a process group."""
+    pids = set()
+    for proc in psutil.process_iter():
+        try:
+            if os.getpgid(proc.pid) == pgid and proc.status() != psutil.STATUS_ZOMBIE:
+                pids.add(proc.pid)
+        except (psutil.Error, ProcessLookupError):
+            continue
+    return pids
+
+
+def test_job_that_prints_and_exits_0_succeeds_and_its_output_is_readable(
+    agents: StartAgent, control: ControlPump, owner: Any, owner_api: Any, team: Any
+) -> None:
+    node, _ = agents()
+    job = JobFactory(
+        owner=owner, team=team, command="echo hello from fleet; echo attempt $FLEET_ATTEMPT"
+    )
+    dispatch(control, job, node)
+    done = control.pump(state_is(job, "succeeded", "failed"), what="the job to end")
+    assert done.state == "succeeded" and done.exit_code == 0
+    assert done.started_at is not None and done.finished_at is not None
+
+    def log_complete() -> Any:
+        body = owner_api.get(f"/api/v1/jobs/{job.pk}/logs/").json()
+        return body if body["complete"] else None
+
+    body = control.pump(log_complete, what="the log to be complete")
+    assert body["data"] == "hello from fleet\nattempt 1\n"
+    assert body["offset"] == 0 and body["next_offset"] == len(body["data"])
+    tail = owner_api.get(f"/api/v1/jobs/{job.pk}/logs/?offset={body['next_offset']}").json()
+    assert tail["data"] == "" and tail["complete"]
+
+
+def test_exit_3_ends_failed_with_its_exit_code(
+    agents: StartAgent, control: ControlPump, owner: Any, team: Any
+) -> None:
+    node, _ = agents()
+    job = JobFactory(owner=owner, team=team, command="echo bad input >&2; exit 3")
+    dispatch(control, job, node)
+    done = control.pump(state_is(job, "succeeded", "failed"), what="the job to end")
+    assert done.state == "failed"
+    assert done.exit_code == 3
+    assert "code 3" in done.state_reason
+
+
+def test_job_past_its_time_limit_times_out_within_the_grace_and_leaves_no_process(
+    agents: StartAgent, control: ControlPump, owner: Any, team: Any
+) -> None:
+    node, _ = agents()
+    # Ignores SIGTERM (and so does its child): only the SIGKILL after the grace ends it.
+    job = JobFactory(owner=owner, team=team, command="trap '' TERM; sleep 60", time_limit=1)
+    dispatch(control, job, node)
+    running = control.pump(state_is(job, "running"), what="the job to run")
+    assert running.pid and group_pids(running.pid)
+    # time limit 1 s + grace 2 s (FLEET_JOB_GRACE in the harness) + reporting slack
+    done = control.pump(state_is(job, "timeout", "failed"), timeout=8, what="the timeout")
+    assert done.state == "timeout"
+    assert "time limit of 1 s" in done.state_reason
+    assert group_pids(running.pid) == set()
+
+
+def test_cancelling_a_running_job_kills_its_whole_process_group(
+    agents: StartAgent, control: ControlPump, owner: Any, team: Any
+) -> None:
+    node, _ = agents()
+    job = JobFactory(owner=owner, team=team, command="sleep 60 & sleep 60 & wait")
+    dispatch(control, job, node)
+    running = control.pump(state_is(job, "running"), what="the job to run")
+    assert running.pid is not None
+
+    def whole_group() -> set[int] | None:
+        pids = group_pids(running.pid)  # the shell and its two sleeps
+        return pids if len(pids) >= 3 else None
+
+    pids = control.pump(whole_group, what="the job's processes")
+    control.run(lambda: job_cancel(user=owner, job=running, reason="wrong data set"))
+    assert Job.objects.get(pk=job.pk).state == "cancelled"
+    control.pump(
+        lambda: not (group_pids(running.pid) & pids), timeout=8, what="the processes to go"
+    )
+    # The agent's own "cancelled" report arrives after the cancel: recorded, not applied.
+    ignored = control.pump(
+        lambda: JobEvent.objects.filter(job=job, applied=False, actor=node.name).first()
+    )
+    assert "already cancelled" in ignored.reason
+    assert Job.objects.get(pk=job.pk).state_reason == "wrong data set"
+
+
+def test_agent_killed_mid_job_node_goes_down_and_the_job_completes_once_elsewhere(
+    agents: StartAgent, control: ControlPump, owner: Any, team: Any
+) -> None:
+    node_a, agent_a = agents()
+    node_b, _ = agents()
+    job = JobFactory(
+        owner=owner, team=team, command="echo on $FLEET_ATTEMPT; sleep 2; echo done", max_requeues=3
+    )
+    dispatch(control, job, node_a)
+    control.pump(state_is(job, "running"), what="the job to run on a")
+    agent_a.kill()  # kill -9 of the agent, mid-job
+    last_a = Node.objects.get(pk=node_a.pk).last_heartbeat
+    assert last_a is not None
+    deadline = last_a + timedelta(seconds=node_a.heartbeat_timeout + 1)
+    # b keeps beating after a died, so with the clock at a's deadline only a is silent.
+    control.pump(
+        lambda: Node.objects.get(pk=node_b.pk).last_heartbeat > last_a + timedelta(seconds=1.5),
+        what="b to beat after a died",
+    )
+    summary = control.run(lambda: nodes_reap(now=deadline))
+    assert summary["nodes_down"] == 1 and summary["jobs_lost"] == 1
+    assert Node.objects.get(pk=node_a.pk).state == "down"
+    assert Node.objects.get(pk=node_b.pk).state == "up"
+    requeued = Job.objects.get(pk=job.pk)
+    assert (requeued.state, requeued.requeues, requeued.node_id) == ("pending", 1, None)
+
+    dispatch(control, requeued, node_b)
+    done = control.pump(state_is(job, "succeeded", "failed"), what="the job on b")
+    assert done.state == "succeeded" and done.node_id == node_b.pk and done.attempt == 2
+    applied = JobEvent.objects.filter(job=job, applied=True)
+    assert [e.to_state for e in applied] == [
+        "assigned", "running", "lost", "pending", "assigned", "running", "succeeded",
+    ]  # fmt: skip
+
+
+def test_simulated_telemetry_reaches_cache_history_and_rollups(
+    agents: StartAgent, control: ControlPump, owner: Any, owner_api: Any, team: Any
+) -> None:
+    node, _ = agents(simulate="1xA100-80GB")
+    gpu = Gpu.objects.get(node=node)
+    job = JobFactory(owner=owner, team=team, command="sleep 30")
+    dispatch(control, job, node)
+    control.pump(state_is(job, "running"))
+
+    def attributed() -> Any:
+        latest = cache.get(LATEST_KEY.format(uuid=gpu.uuid))
+        if latest and any(p["job_id"] == job.pk for p in latest["processes"]):
+            return latest
+        return None
+
+    latest = control.pump(attributed, what="a sample attributing the GPU to the job")
+    assert latest["util_percent"] > 50  # the simulated job's default load
+    assert latest["backend"] == "simulated"
+    node_view = owner_api.get(f"/api/v1/nodes/{node.name}/").json()
+    shown = node_view["gpus"][0]["latest"]
+    assert shown["memory_total_mb"] == 81920 and shown["memory_used_mb"] > 0
+    assert TelemetrySample.objects.filter(gpu=gpu).count() >= 2
+
+    first = TelemetrySample.objects.filter(gpu=gpu).earliest("sampled_at").sampled_at
+    telemetry_rollup(now=first + timedelta(minutes=2))
+    rollup = TelemetryRollup.objects.get(gpu=gpu, minute=first.replace(second=0, microsecond=0))
+    assert rollup.samples >= 1 and rollup.util_percent is not None

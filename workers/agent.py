@@ -1,0 +1,123 @@
+"""The GPU-host agent: `python -m workers.agent --node NAME [--simulate SPEC] [--key KEY]`.
+
+It needs the broker (REDIS_URL or CELERY_BROKER_URL) and its node key (FLEET_NODE_KEY or
+--key, printed by `manage.py add_node NAME` on the control side), never the database.
+On start it registers its GPUs and the attempts it still runs (they survive agent restarts),
+then consumes only `node.<NAME>` with a single-threaded Celery worker while background
+threads supervise jobs and send heartbeats, telemetry and job output to the control queue.
+"""
+
+from __future__ import annotations
+
+import argparse
+import logging
+import os
+import socket
+import sys
+import threading
+from collections.abc import Sequence
+from importlib import metadata
+from pathlib import Path
+from typing import Any
+
+from workers import tasks
+from workers.celery_app import configure, control_queue, node_queue
+from workers.gpu import select_backend
+from workers.logship import DEFAULT_MAX_BYTES
+from workers.runtime import Agent, AgentConfig
+
+logger = logging.getLogger("workers.agent")
+
+
+def _number(name: str, default: float) -> float:
+    raw = os.environ.get(name, "").strip()
+    return float(raw) if raw else default
+
+
+def _version() -> str:
+    try:
+        return metadata.version("fleet")
+    except metadata.PackageNotFoundError:
+        return "dev"
+
+
+def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="python -m workers.agent", description=__doc__)
+    parser.add_argument("--node", default=os.environ.get("FLEET_NODE_NAME") or socket.gethostname())
+    parser.add_argument(
+        "--simulate",
+        default=os.environ.get("FLEET_SIMULATE_GPUS") or None,
+        help="simulate these GPUs instead of reading NVML, e.g. 4xA100-80GB",
+    )
+    parser.add_argument("--key", default=os.environ.get("FLEET_NODE_KEY", ""))
+    parser.add_argument("--state-dir", default=os.environ.get("FLEET_AGENT_STATE_DIR") or None)
+    parser.add_argument("--loglevel", default=os.environ.get("LOG_LEVEL", "INFO"))
+    return parser.parse_args(argv)
+
+
+def build_agent(args: argparse.Namespace) -> Agent:
+    from workers.celery_app import app
+
+    state_dir = Path(args.state_dir or Path("var") / "agents" / args.node).resolve()
+    config = AgentConfig(
+        node=args.node,
+        state_dir=state_dir,
+        heartbeat_interval=_number("FLEET_HEARTBEAT_INTERVAL", 5.0),
+        telemetry_interval=_number("FLEET_TELEMETRY_INTERVAL", 5.0),
+        log_interval=_number("FLEET_LOG_SHIP_INTERVAL", 2.0),
+        supervise_interval=_number("FLEET_SUPERVISE_INTERVAL", 1.0),
+        job_grace=_number("FLEET_JOB_GRACE", 30.0),
+        log_max_bytes=int(_number("FLEET_LOG_MAX_BYTES", DEFAULT_MAX_BYTES)),
+        version=_version(),
+    )
+    backend = select_backend(args.simulate, node_name=args.node)
+    queue = control_queue()
+    lock = threading.Lock()
+
+    def send(task: str, **kwargs: Any) -> None:
+        with lock:  # one publisher at a time: threads and the worker share the producer
+            app.send_task(
+                task,
+                kwargs={"node": args.node, "key": args.key, **kwargs},
+                queue=queue,
+                retry=True,
+                retry_policy={"max_retries": 3, "interval_start": 0.2, "interval_step": 0.5},
+            )
+
+    return Agent(config, backend=backend, send=send)
+
+
+def main(argv: Sequence[str] | None = None) -> None:
+    args = parse_args(argv)
+    logging.basicConfig(
+        level=args.loglevel.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
+    )
+    if not args.key:
+        sys.exit("the node key is missing: set FLEET_NODE_KEY or pass --key "
+                 "(python manage.py add_node NAME prints it)")  # fmt: skip
+    app = configure(args.node)
+    agent = build_agent(args)
+    tasks.bind(agent)
+    agent.register()
+    stop = threading.Event()
+    agent.run_background(stop)
+    logger.info("agent %s: %d GPUs (%s), state in %s", args.node,
+                len(agent.backend.inventory()), agent.backend.backend_name,
+                agent.config.state_dir)  # fmt: skip
+    try:
+        app.worker_main(
+            [
+                "worker",
+                "--queues", node_queue(args.node),
+                "--pool", "solo",
+                "--hostname", f"agent-{args.node}@{socket.gethostname()}",
+                "--without-gossip", "--without-mingle", "--without-heartbeat",
+                "--loglevel", args.loglevel.upper(),
+            ]
+        )  # fmt: skip
+    finally:
+        stop.set()  # job processes keep running: a restarted agent adopts them
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,65 @@
+"""The agent's Celery app: configured from the environment, without Django.
+
+An agent needs the broker URL and its node key, never database credentials. It consumes
+only its own queue, `node.<name>`, and sends everything it reports to the control queue.
+Start/stop messages are acknowledged late: an agent that dies mid-task leaves the message
+for its next start, and starting an attempt twice starts it once.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping
+
+from celery import Celery
+from kombu import Queue
+
+CONTROL_QUEUE = "control"
+
+
+def node_queue(node_name: str) -> str:
+    """Same naming as the control side (fleet.celery.node_queue), without importing it."""
+    return f"node.{node_name}"
+
+
+def broker_url(environ: Mapping[str, str] | None = None) -> str:
+    env = os.environ if environ is None else environ
+    return env.get("CELERY_BROKER_URL") or env.get("REDIS_URL") or "redis://127.0.0.1:6379/0"
+
+
+def control_queue(environ: Mapping[str, str] | None = None) -> str:
+    env = os.environ if environ is None else environ
+    return env.get("FLEET_CONTROL_QUEUE") or CONTROL_QUEUE
+
+
+# fixups=[]: Celery would otherwise set Django up whenever DJANGO_SETTINGS_MODULE is set.
+# set_as_current=False: the control worker imports this module while discovering tasks and
+# must keep its own app as the current one.
+app = Celery("fleet-agent", fixups=[], set_as_current=False)
+app.conf.update(
+    broker_url=broker_url(),
+    task_serializer="json",
+    result_serializer="json",
+    accept_content=["json"],
+    task_ignore_result=True,
+    result_backend=None,
+    task_acks_late=True,
+    task_reject_on_worker_lost=True,
+    worker_prefetch_multiplier=1,
+    worker_enable_remote_control=False,
+    worker_hijack_root_logger=False,
+    broker_connection_retry_on_startup=True,
+    broker_transport_options={"visibility_timeout": 3600},
+    task_time_limit=60,
+)
+
+
+def configure(node_name: str, broker: str | None = None) -> Celery:
+    """Point the app at the broker and at this node's queue only."""
+    queue = node_queue(node_name)
+    app.conf.update(
+        broker_url=broker or broker_url(),
+        task_default_queue=queue,
+        task_queues=[Queue(queue)],
+    )
+    return app

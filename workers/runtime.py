@@ -1,0 +1,234 @@
+"""The agent's runtime: what its Celery tasks and its background loop act on.
+
+One `Agent` per host process. It owns the executor and supervisor (workers/executor/),
+the GPU backend and the log shipper, and talks to the control side only through `send`
+(`send(task_name, **kwargs)`, which adds the node name and key). Every report carries
+(job_id, attempt). Nothing here imports Django; tests drive it with a recording `send`
+and call the tick methods directly.
+"""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable, Iterable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from workers.executor import Executor, ExecutorError, JobKey, JobSpec, Supervisor
+from workers.logship import DEFAULT_MAX_BYTES, LogShipper
+from workers.telemetry import telemetry_payload
+
+logger = logging.getLogger(__name__)
+
+REGISTER_TASK = "fleet.tasks.agent_register"
+HEARTBEAT_TASK = "fleet.tasks.agent_heartbeat"
+REPORT_TASK = "fleet.tasks.job_report"
+TELEMETRY_TASK = "fleet.tasks.telemetry"
+LOG_TASK = "fleet.tasks.job_log"
+STARTED_MEMORY = 10000  # attempts remembered as started, against redelivered starts
+
+
+@dataclass(frozen=True)
+class AgentConfig:
+    node: str
+    state_dir: Path
+    heartbeat_interval: float = 5.0
+    telemetry_interval: float = 5.0
+    log_interval: float = 2.0
+    supervise_interval: float = 1.0
+    job_grace: float = 30.0
+    log_max_bytes: int = DEFAULT_MAX_BYTES
+    version: str = "dev"
+
+
+class Agent:
+    def __init__(
+        self,
+        config: AgentConfig,
+        *,
+        backend: Any,
+        send: Callable[..., Any],
+        clock: Callable[[], float] = time.time,
+    ) -> None:
+        self.config = config
+        self.backend = backend
+        self.send = send
+        self.clock = clock
+        state = config.state_dir
+        (state / "logs").mkdir(parents=True, exist_ok=True)
+        self.executor = Executor(state / "attempts", gpu_backend=backend, clock=clock)
+        self.supervisor = Supervisor(self.executor, report=self._report)
+        # GPU memory of fractional jobs is checked on the telemetry tick, with the samples
+        # sent as telemetry, rather than sampling the GPUs again on every poll.
+        self.supervisor.gpu_backend = None
+        self.logs = LogShipper(
+            lambda **kw: self.send(LOG_TASK, **kw),
+            state / "logship.json",
+            max_bytes=config.log_max_bytes,
+        )
+        self._started_file = state / "started"
+        self._started = self._load_started()
+        self._lock = threading.RLock()
+        for key, handle in self.executor.handles.items():
+            self.logs.watch(key, handle.spec.log_path)
+
+    # -- commands from the control side -----------------------------------------------------
+
+    def _load_started(self) -> set[str]:
+        try:
+            lines = self._started_file.read_text().split()
+        except OSError:
+            return set()
+        return set(lines[-STARTED_MEMORY:])
+
+    def _mark_started(self, key: JobKey) -> bool:
+        """Remember the attempt before starting it; False if it was started before."""
+        token = f"{key[0]}.{key[1]}"
+        if token in self._started:
+            return False
+        self._started.add(token)
+        with open(self._started_file, "a") as fh:
+            fh.write(token + "\n")
+        return True
+
+    def start_job(self, job_id: Any, attempt: int, spec: dict[str, Any]) -> int | None:
+        """Start the attempt and return its pid, or None when it is not started (already
+        ran here, or could not start: reported as failed)."""
+        key = (job_id, int(attempt))
+        with self._lock:
+            if key in self.executor.handles:
+                return self.executor.handles[key].pid
+            if not self._mark_started(key):
+                logger.info("attempt %s.%s was started here before; not again", *key)
+                return None
+            job = JobSpec(
+                job_id=job_id,
+                attempt=int(attempt),
+                command=str(spec["command"]),
+                log_path=str(self.config.state_dir / "logs" / f"{job_id}.{attempt}.log"),
+                env={str(k): str(v) for k, v in (spec.get("env") or {}).items()},
+                workdir=spec.get("workdir") or None,
+                gpu_indices=tuple(int(i) for i in spec.get("gpu_indices") or ()),
+                time_limit=spec.get("time_limit") or None,
+                gpu_memory_mb=spec.get("gpu_memory_mb"),
+                gpu_compute_percent=spec.get("gpu_compute_percent"),
+                grace=float(spec.get("grace") or self.config.job_grace),
+            )
+            try:
+                pid = self.supervisor.start(job)
+            except ExecutorError as exc:
+                logger.warning("%s", exc)
+                self._send_report(
+                    {"job_id": job_id, "attempt": int(attempt), "state": "failed",
+                     "pid": None, "exit_code": None, "reason": str(exc)}
+                )  # fmt: skip
+                return None
+            self.logs.watch(key, job.log_path)
+            return pid
+
+    def stop_job(self, job_id: Any, attempt: int, reason: str = "") -> bool:
+        stopping = self.supervisor.cancel(job_id, int(attempt))
+        logger.info("stop %s.%s (%s): %s", job_id, attempt, reason, stopping)
+        return stopping
+
+    def reconcile(self, stop: Iterable[Any], reason: str = "") -> list[JobKey]:
+        """Stop the attempts the control side no longer assigns to this node."""
+        return [
+            (job_id, int(attempt))
+            for job_id, attempt in stop
+            if self.stop_job(job_id, attempt, reason or "not assigned to this node")
+        ]
+
+    # -- reports ----------------------------------------------------------------------------
+
+    def _send_report(self, event: dict[str, Any]) -> None:
+        self.send(
+            REPORT_TASK,
+            job_id=event["job_id"],
+            attempt=event["attempt"],
+            state=event["state"],
+            pid=event.get("pid"),
+            exit_code=event.get("exit_code"),
+            reason=event.get("reason", ""),
+            at=event.get("at"),
+        )
+
+    def _report(self, event: dict[str, Any]) -> None:
+        # The rest of the output goes first, so a finished job's log is complete by the
+        # time the control side learns that it finished.
+        if event["state"] != "running":
+            self.logs.finish((event["job_id"], event["attempt"]))
+        self._send_report(event)
+
+    def running(self) -> list[list[Any]]:
+        return [[job_id, attempt, pid] for job_id, attempt, pid in self.supervisor.running()]
+
+    def register(self) -> None:
+        self.send(
+            REGISTER_TASK,
+            backend=getattr(self.backend, "backend_name", ""),
+            agent_version=self.config.version,
+            gpus=[g.to_dict() for g in self.backend.inventory()],
+            running=self.running(),
+        )
+
+    def heartbeat(self) -> None:
+        self.send(HEARTBEAT_TASK, running=self.running(), at=self.clock())
+
+    def telemetry_tick(self) -> None:
+        samples = self.backend.sample()
+        owners = self.supervisor.pid_to_job(p.pid for s in samples for p in s.processes)
+        self.send(
+            TELEMETRY_TASK,
+            payload=telemetry_payload(
+                node_name=self.config.node,
+                backend_name=getattr(self.backend, "backend_name", ""),
+                samples=samples,
+                job_by_pid=owners,
+            ),
+        )
+        self.supervisor.enforce_gpu_memory(samples)
+
+    # -- background -------------------------------------------------------------------------
+
+    def run_background(self, stop: threading.Event) -> list[threading.Thread]:
+        """Start the supervisor and the periodic duties (heartbeat, telemetry, log
+        shipping) in daemon threads until `stop` is set."""
+        cfg = self.config
+        duties: list[tuple[float, Callable[[], Any]]] = [
+            (cfg.heartbeat_interval, self.heartbeat),
+            (cfg.telemetry_interval, self.telemetry_tick),
+            (cfg.log_interval, self.logs.ship),
+        ]
+        threads = [
+            threading.Thread(
+                target=self.supervisor.run_forever,
+                args=(cfg.supervise_interval, stop),
+                name="supervisor",
+                daemon=True,
+            )
+        ]
+        for interval, duty in duties:
+            threads.append(
+                threading.Thread(
+                    target=_every,
+                    args=(interval, duty, stop),
+                    name=duty.__name__,
+                    daemon=True,
+                )
+            )
+        for t in threads:
+            t.start()
+        return threads
+
+
+def _every(interval: float, duty: Callable[[], Any], stop: threading.Event) -> None:
+    while not stop.is_set():
+        try:
+            duty()
+        except Exception:
+            logger.exception("agent duty %s failed", getattr(duty, "__name__", duty))
+        stop.wait(interval)
