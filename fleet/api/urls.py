@@ -3,6 +3,8 @@ from django.urls import path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
 from fleet.api import jobs, logs, me, nodes, teams, telemetry
+from scheduler.api import estimate, queue
+from scheduler.api import settings as scheduler_settings
 
 urlpatterns = [
     path("jobs/", jobs.JobListApi.as_view(), name="job-list"),

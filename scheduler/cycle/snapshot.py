@@ -49,6 +49,13 @@ class DbSnapshot:
     requeues: dict[int, tuple[int, int]] = field(default_factory=dict)
     # Pending job id -> (state_reason, queue_position, eta) as stored now.
     waits: dict[int, WaitFields] = field(default_factory=dict)
+    # Learned from recent finished jobs; keyed by owner id (as a string) and job name.
+    predictor: RuntimePredictor | None = None
+
+    def predict(self, owner_id: int, name: str, time_limit: float) -> float | None:
+        if self.predictor is None or self.predictor.observations() == 0:
+            return None
+        return self.predictor.predict(str(owner_id), name, time_limit)
 
     def param(self, key: str) -> Any:
         value = self.params.get(key)
@@ -162,7 +169,7 @@ def build_snapshot(*, now: datetime | None = None, save_usage: bool = True) -> D
     }  # fmt: skip
     owner_ids = {r[2] for r in active} | {r[2] for r in pending}
     users = dict(get_user_model().objects.filter(id__in=owner_ids).values_list("id", "username"))
-    predictor = train_predictor(int(snap.param("prediction_history")))
+    predictor = snap.predictor = train_predictor(int(snap.param("prediction_history")))
     predictions: dict[tuple[int, str, int], float] = {}
 
     def predict(owner: int, name: str, limit: int) -> float | None:

@@ -1,0 +1,1 @@
+"""REST endpoints of the scheduler: its settings, the queue, and submit estimates."""
