@@ -12,12 +12,14 @@ from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.template.loader import render_to_string
 from django.utils.dateparse import parse_datetime
+from django.utils.safestring import SafeString
 
 from fleet.models import Gpu, Job, Node, NodeState
 from fleet.models.jobs import ACTIVE_STATES
-from fleet.selectors.nodes import gpu_jobs, node_list
+from fleet.selectors.nodes import node_list
 from fleet.web import live, sources
 from fleet.web.access import member_required
+from fleet.web.tiles import tiles_html
 
 PER_PAGE = 100
 MAX_PER_PAGE = 1000
@@ -46,6 +48,10 @@ class NodeRow:
     tiles: list[Tile] = field(default_factory=list)
     simulated: bool = False
     busy: int = 0
+
+    @property
+    def tiles_html(self) -> SafeString:
+        return tiles_html(self.tiles)
 
 
 def util_class(util: float | None) -> str:
@@ -81,8 +87,22 @@ def fleet_totals() -> dict[str, int]:
     }
 
 
+def gpu_holders(nodes: list[Node]) -> dict[tuple[int, int], list[Job]]:
+    """Which assigned or running job holds which GPU; loads only what a tile shows."""
+    holders: dict[tuple[int, int], list[Job]] = {}
+    jobs = (
+        Job.objects.filter(node__in=nodes, state__in=ACTIVE_STATES)
+        .select_related("owner")
+        .only("id", "name", "node_id", "gpu_indices", "owner__username")
+    )
+    for job in jobs:
+        for index in job.gpu_indices or []:
+            holders.setdefault((job.node_id or 0, index), []).append(job)
+    return holders
+
+
 def build_rows(nodes: list[Node], now: float) -> tuple[list[NodeRow], bool]:
-    holders = gpu_jobs(nodes)
+    holders = gpu_holders(nodes)
     samples = sources.latest_samples(nodes)
     rows = []
     for node in nodes:
@@ -131,7 +151,7 @@ def _page(request: HttpRequest) -> tuple[Any, int, str]:
     except ValueError:
         per_page = PER_PAGE
     state = request.GET.get("state", "")
-    nodes = node_list()
+    nodes = node_list().defer("labels")
     if state in NodeState.values:
         nodes = nodes.filter(state=state)
     page = Paginator(nodes, per_page).get_page(request.GET.get("page"))
