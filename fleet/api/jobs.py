@@ -6,7 +6,7 @@ from typing import Any
 
 import django_filters
 from django.db.models import QuerySet
-from drf_spectacular.utils import extend_schema
+from drf_spectacular.utils import extend_schema, extend_schema_field
 from rest_framework import serializers, status
 from rest_framework.generics import GenericAPIView
 from rest_framework.request import Request
@@ -25,6 +25,8 @@ class JobOutputSerializer(serializers.ModelSerializer):
     team = serializers.CharField(source="team.slug")
     node = serializers.CharField(source="node.name", allow_null=True, default=None)
     pending_reason = serializers.SerializerMethodField()
+    queue_position = serializers.SerializerMethodField()
+    eta = serializers.SerializerMethodField()
     command = serializers.SerializerMethodField()
     env = serializers.SerializerMethodField()
     workdir = serializers.SerializerMethodField()
@@ -44,8 +46,20 @@ class JobOutputSerializer(serializers.ModelSerializer):
     def _user(self) -> Any:
         return self.context["request"].user
 
+    # The scheduling cycle writes these for pending jobs; other states show none.
     def get_pending_reason(self, job: Job) -> str | None:
-        return job.state_reason if job.state == JobState.PENDING else None
+        if job.state != JobState.PENDING:
+            return None
+        return job.state_reason or "waiting for the scheduler's next cycle"
+
+    def get_queue_position(self, job: Job) -> int | None:
+        return job.queue_position if job.state == JobState.PENDING else None
+
+    @extend_schema_field(serializers.DateTimeField(allow_null=True))
+    def get_eta(self, job: Job) -> str | None:
+        if job.state != JobState.PENDING or job.eta is None:
+            return None
+        return serializers.DateTimeField().to_representation(job.eta)
 
     def get_command(self, job: Job) -> str | None:
         return job.command if can_see_command(self._user(), job) else None
