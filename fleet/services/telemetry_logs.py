@@ -42,7 +42,10 @@ def log_chunk_store(
     data = data[: cap - offset]
     if not data and not eof:
         return False
-    created = JobLogChunk.objects.bulk_create(
+    if JobLogChunk.objects.filter(job_id=job_id, attempt=attempt, offset=offset).exists():
+        return False  # a redelivered chunk
+    # ignore_conflicts: two workers may store the same redelivered chunk at once.
+    JobLogChunk.objects.bulk_create(
         [
             JobLogChunk(
                 job_id=job_id,
@@ -55,4 +58,4 @@ def log_chunk_store(
         ],
         ignore_conflicts=True,
     )
-    return bool(created)
+    return True

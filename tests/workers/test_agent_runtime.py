@@ -1,0 +1,154 @@
+"""The agent runtime without a broker: real job processes, a recording `send`."""
+
+from __future__ import annotations
+
+import base64
+import time
+from collections.abc import Callable
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from workers.gpu import SimulatedGpuBackend
+from workers.logship import LogShipper, utf8_safe_end
+from workers.runtime import (
+    HEARTBEAT_TASK,
+    LOG_TASK,
+    REGISTER_TASK,
+    REPORT_TASK,
+    TELEMETRY_TASK,
+    Agent,
+    AgentConfig,
+)
+
+
+class Sent(list[tuple[str, dict[str, Any]]]):
+    def __call__(self, task: str, **kwargs: Any) -> None:
+        self.append((task, kwargs))
+
+    def of(self, task: str) -> list[dict[str, Any]]:
+        return [kw for name, kw in self if name == task]
+
+    def reports(self) -> list[tuple[Any, int, str]]:
+        return [(kw["job_id"], kw["attempt"], kw["state"]) for kw in self.of(REPORT_TASK)]
+
+
+def make_agent(state_dir: Path, sent: Sent, spec: str = "2xA100-80GB") -> Agent:
+    backend = SimulatedGpuBackend(spec, node_name="unit", seed=3)
+    config = AgentConfig(node="unit", state_dir=state_dir, job_grace=1.0)
+    return Agent(config, backend=backend, send=sent)
+
+
+def until(agent: Agent, check: Callable[[], Any], timeout: float = 8.0) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        agent.supervisor.poll()
+        result = check()
+        if result:
+            return result
+        time.sleep(0.05)
+    raise AssertionError("timed out")
+
+
+@pytest.fixture
+def sent() -> Sent:
+    return Sent()
+
+
+def test_a_start_delivered_twice_starts_once_even_after_the_job_ended(
+    tmp_path: Path, sent: Sent
+) -> None:
+    agent = make_agent(tmp_path, sent)
+    spec = {"command": "echo once >> " + str(tmp_path / "runs"), "gpu_indices": [0]}
+    pid = agent.start_job(7, 1, spec)
+    assert agent.start_job(7, 1, spec) == pid
+    until(agent, lambda: (7, 1, "succeeded") in sent.reports())
+    assert agent.start_job(7, 1, spec) is None  # redelivered after the end
+    restarted = make_agent(tmp_path, sent)  # and after an agent restart
+    assert restarted.start_job(7, 1, spec) is None
+    assert (tmp_path / "runs").read_text() == "once\n"
+    assert sent.reports() == [(7, 1, "running"), (7, 1, "succeeded")]
+
+
+def test_a_job_that_cannot_start_is_reported_failed_with_the_reason(
+    tmp_path: Path, sent: Sent
+) -> None:
+    agent = make_agent(tmp_path, sent)
+    assert agent.start_job(8, 2, {"command": "true", "workdir": "/no/such/dir"}) is None
+    (report,) = sent.of(REPORT_TASK)
+    assert (report["state"], report["attempt"]) == ("failed", 2)
+    assert "/no/such/dir" in report["reason"]
+
+
+def test_the_output_is_shipped_before_the_final_report(tmp_path: Path, sent: Sent) -> None:
+    agent = make_agent(tmp_path, sent)
+    agent.start_job(9, 1, {"command": "printf 'line one\\nline two\\n'; exit 4"})
+    until(agent, lambda: len(sent.of(REPORT_TASK)) == 2)
+    tasks = [name for name, _ in sent]
+    final = len(tasks) - 1 - tasks[::-1].index(REPORT_TASK)
+    chunks = sent.of(LOG_TASK)
+    assert b"".join(base64.b64decode(c["data"]) for c in chunks) == b"line one\nline two\n"
+    assert chunks[-1]["eof"] and tasks.index(LOG_TASK) < final
+    assert sent.of(REPORT_TASK)[-1]["exit_code"] == 4
+
+
+def test_registration_heartbeat_and_reconcile(tmp_path: Path, sent: Sent) -> None:
+    agent = make_agent(tmp_path, sent)
+    agent.register()
+    (reg,) = sent.of(REGISTER_TASK)
+    assert [g["uuid"] for g in reg["gpus"]] == ["SIM-unit-0", "SIM-unit-1"]
+    assert reg["backend"] == "simulated" and reg["running"] == []
+    pid = agent.start_job(10, 3, {"command": "sleep 30"})
+    agent.heartbeat()
+    assert sent.of(HEARTBEAT_TASK)[-1]["running"] == [[10, 3, pid]]
+    # A restarted agent still knows the attempt, and reports it when it registers.
+    again = make_agent(tmp_path, Sent())
+    assert again.running() == [[10, 3, pid]]
+    assert agent.reconcile([[10, 3], [11, 1]]) == [(10, 3)]
+    until(agent, lambda: (10, 3, "cancelled") in sent.reports())
+    assert agent.running() == []
+
+
+def test_telemetry_attributes_processes_and_stops_a_fractional_job_over_its_memory(
+    tmp_path: Path, sent: Sent
+) -> None:
+    agent = make_agent(tmp_path, sent)
+    agent.start_job(
+        12, 1,
+        {"command": "sleep 30", "gpu_indices": [1], "gpu_memory_mb": 10000,
+         "gpu_compute_percent": 25},
+    )  # fmt: skip
+    # The simulated backend puts FLEET_SIM_MEMORY_MB on the GPU for the job's process.
+    agent.backend.unregister_job_process(agent.running()[0][2])
+    agent.backend.register_job_process(
+        agent.running()[0][2], [1], env={"FLEET_SIM_MEMORY_MB": "30000"}
+    )
+    agent.telemetry_tick()
+    payload = sent.of(TELEMETRY_TASK)[0]["payload"]
+    procs = payload["gpus"][1]["processes"]
+    assert procs[0]["job_id"] == 12 and procs[0]["used_memory_mb"] == 30000
+    assert payload["jobs"]["12"]["memory_mb"] == 30000
+    report = until(
+        agent, lambda: next((r for r in sent.of(REPORT_TASK) if r["state"] == "failed"), None)
+    )
+    assert report["reason"] == "used 30,000 MB of GPU memory; its request is 10,000 MB (+10%)"
+
+
+def test_log_shipper_cuts_on_characters_caps_and_resumes(tmp_path: Path) -> None:
+    log = tmp_path / "job.log"
+    log.write_bytes("abc é".encode()[:-1])  # the job has written half of "é" so far
+    sent = Sent()
+    shipper = LogShipper(lambda **kw: sent("log", **kw), tmp_path / "ship.json", max_bytes=10)
+    shipper.watch((1, 1), str(log))
+    shipper.ship()
+    assert base64.b64decode(sent[-1][1]["data"]) == b"abc "  # "é" waits for its 2nd byte
+    with open(log, "ab") as fh:
+        fh.write("é".encode()[1:] + b"0123456789")
+    resumed = LogShipper(lambda **kw: sent("log", **kw), tmp_path / "ship.json", max_bytes=10)
+    resumed.watch((1, 1), str(log))
+    resumed.finish((1, 1))
+    data = b"".join(base64.b64decode(kw["data"]) for _, kw in sent)
+    assert data == "abc é01234".encode()[:10]
+    assert sent[-1][1]["eof"] and sent[-1][1]["offset"] == 10
+    assert utf8_safe_end("é".encode()[:1]) == 0 and utf8_safe_end(b"ok") == 2
