@@ -30,6 +30,8 @@ from scheduler.cycle.snapshot import DbSnapshot
 log = logging.getLogger(__name__)
 
 Estimates = dict[int, tuple[int, float | None, str]]
+# (job id, reason, queue position, eta) of a waiting job.
+WaitRow = tuple[int, str, int | None, datetime | None]
 
 
 @dataclass
@@ -185,13 +187,11 @@ def _eta(value: float | None) -> datetime | None:
     return None if value is None else datetime.fromtimestamp(int(value), tz=UTC)
 
 
-def wait_rows(
-    snap: DbSnapshot, estimates: Estimates, outcome: Outcome
-) -> list[tuple[int, str, int | None, datetime | None]]:
+def wait_rows(snap: DbSnapshot, estimates: Estimates, outcome: Outcome) -> list[WaitRow]:
     """(job id, reason, position, eta) for waiting jobs whose stored values differ.
 
     Positions count only the jobs still waiting, in the policy's order."""
-    rows = []
+    rows: list[WaitRow] = []
     placed = set(outcome.placed)
     waiting = sorted(
         (item for item in estimates.items() if item[0] not in placed), key=lambda i: i[1][0]
@@ -206,7 +206,7 @@ def wait_rows(
     return rows
 
 
-def write_waits(rows: list[tuple[int, str, int | None, datetime | None]]) -> int:
+def write_waits(rows: list[WaitRow]) -> int:
     """Store reason, position and ETA for jobs still pending; `state` is never written."""
     if not rows:
         return 0
@@ -222,7 +222,7 @@ def write_waits(rows: list[tuple[int, str, int | None, datetime | None]]) -> int
     )
 
 
-def _write_waits_postgres(rows: list[tuple[int, str, int | None, datetime | None]]) -> int:
+def _write_waits_postgres(rows: list[WaitRow]) -> int:
     table = Job._meta.db_table
     total = 0
     with connection.cursor() as cursor:

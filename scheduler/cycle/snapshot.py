@@ -79,6 +79,8 @@ def train_predictor(limit: int) -> RuntimePredictor:
         .values_list("owner_id", "name", "time_limit", "started_at", "finished_at")[:limit]
     )
     for owner, name, limit_s, started, finished in reversed(list(rows)):
+        if started is None or finished is None:  # excluded by the query; for the type checker
+            continue
         predictor.update(str(owner), name, float(limit_s), (finished - started).total_seconds())
     return predictor
 

@@ -47,6 +47,7 @@ def _finished_since(since: datetime, until: float) -> list[Run]:
     return [
         Run(team, gpu_equivalent(gpus, comp), started.timestamp(), min(ended.timestamp(), until))
         for team, gpus, comp, started, ended in rows
+        if started is not None and ended is not None
     ]
 
 
