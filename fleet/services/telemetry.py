@@ -2,13 +2,18 @@
 
 Each agent tick brings one sample per GPU (see workers/telemetry.py for the message).
 Ingest writes the latest sample of each GPU to the cache (live views read only that) and
-appends the tick's samples to the raw history in one bulk insert. `telemetry_rollup` (beat,
-every minute) folds raw samples into one-minute rollups and deletes what is older than the
-retention windows, so both tables stay bounded as the fleet grows.
+appends the tick's rows to a buffer in Redis; the buffer is written to the raw history in
+one bulk insert when it holds FLEET_TELEMETRY_BATCH rows or FLEET_TELEMETRY_FLUSH_INTERVAL
+seconds have passed, so the database sees one commit per batch rather than one per tick
+(commits dominate the cost). Losing Redis loses at most that window of history, never job
+state. `telemetry_rollup` (beat, every minute) flushes, folds raw samples into one-minute
+rollups and deletes what is older than the retention windows, so both tables stay bounded
+as the fleet grows.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import time
@@ -17,7 +22,7 @@ from typing import Any
 
 from django.conf import settings
 from django.core.cache import cache
-from django.db import IntegrityError, transaction
+from django.db import transaction
 from django.db.models import Avg, Count, Max, Min
 from django.db.models.functions import TruncMinute
 from django.utils import timezone
@@ -42,7 +47,11 @@ LATEST_FIELDS = (
     "ecc_errors",
 )
 ROLLUP_LOOKBACK = timedelta(minutes=5)  # minutes re-rolled each round, for late samples
+BUFFER_KEY = "telemetry:buffer"
+FLUSH_TIMER_KEY = "telemetry:flushed-recently"
 _GPU_MAP_TTL_S = 60.0
+_ROW = ("gpu_id", "sampled_at", "util_percent", "memory_used_mb", "memory_total_mb",
+        "temperature_c", "power_w", "sm_clock_mhz")  # fmt: skip
 
 
 def _setting(name: str, default: int) -> int:
@@ -60,6 +69,15 @@ def rollup_retention() -> timedelta:
 
 def latest_ttl_s() -> int:
     return _setting("FLEET_TELEMETRY_LATEST_TTL", 600)
+
+
+def _redis() -> Any:
+    # The cache's own Redis connection pool; the buffer needs list operations.
+    return cache._cache.get_client(write=True)  # type: ignore[attr-defined]
+
+
+def _buffer_key() -> str:
+    return cache.make_key(BUFFER_KEY)
 
 
 # uuid -> Gpu id per node, kept briefly in process memory: ingest runs for every tick of
@@ -111,18 +129,9 @@ def telemetry_ingest(*, node: Node, payload: dict[str, Any], now: datetime | Non
             ],
         )  # fmt: skip
         latest[LATEST_KEY.format(uuid=g["uuid"])] = entry
-        rows.append(
-            TelemetrySample(
-                gpu_id=gpu_id,
-                sampled_at=at,
-                util_percent=g.get("util_percent"),
-                memory_used_mb=g.get("memory_used_mb"),
-                memory_total_mb=int(g.get("memory_total_mb") or 0),
-                temperature_c=g.get("temperature_c"),
-                power_w=g.get("power_w"),
-                sm_clock_mhz=g.get("sm_clock_mhz"),
-            )
-        )
+        row = [gpu_id, at.timestamp(), *(g.get(name) for name in _ROW[2:])]
+        row[4] = int(row[4] or 0)
+        rows.append(json.dumps(row))
     usage = {
         JOB_USAGE_KEY.format(job_id=job_id): value
         for job_id, value in (payload.get("jobs") or {}).items()
@@ -131,15 +140,43 @@ def telemetry_ingest(*, node: Node, payload: dict[str, Any], now: datetime | Non
         cache.set_many({**latest, **usage}, timeout=latest_ttl_s())
     except Exception:  # the cache is Redis: a live view goes stale, history is still written
         log.warning("could not cache the latest telemetry of node %s", node.name)
-    try:
-        with transaction.atomic():
-            TelemetrySample.objects.bulk_create(rows)
-    except IntegrityError:
-        # A GPU was re-registered between the lookup and the insert; next tick maps again.
-        _gpu_ids.pop(node.pk, None)
-        log.info("dropped a telemetry tick of node %s: its GPUs changed", node.name)
+    if not rows:
         return 0
+    try:
+        buffered = _redis().rpush(_buffer_key(), *rows)
+        due = buffered >= _setting("FLEET_TELEMETRY_BATCH", 2000) or cache.add(
+            FLUSH_TIMER_KEY, 1, timeout=_setting("FLEET_TELEMETRY_FLUSH_INTERVAL", 5)
+        )
+    except Exception:
+        log.warning("telemetry buffer unavailable; dropped a tick of node %s", node.name)
+        return 0
+    if due:
+        telemetry_flush()
     return len(rows)
+
+
+def telemetry_flush(*, max_rows: int = 20000) -> int:
+    """Write buffered samples to the raw history in one transaction; returns the rows
+    written. Rows of GPUs that no longer exist (re-registered meanwhile) are dropped."""
+    key = _buffer_key()
+    client = _redis()
+    with client.pipeline(transaction=True) as pipe:
+        pipe.lrange(key, 0, max_rows - 1)
+        pipe.ltrim(key, max_rows, -1)
+        raw, _ = pipe.execute()
+    if not raw:
+        return 0
+    rows = [dict(zip(_ROW, json.loads(r), strict=True)) for r in raw]
+    known = set(Gpu.objects.filter(pk__in={r["gpu_id"] for r in rows}).values_list("pk", flat=True))
+    now = timezone.now()
+    samples = [
+        TelemetrySample(**(r | {"sampled_at": _when(r["sampled_at"], now)}))
+        for r in rows
+        if r["gpu_id"] in known
+    ]
+    with transaction.atomic():
+        TelemetrySample.objects.bulk_create(samples, batch_size=1000)
+    return len(samples)
 
 
 def telemetry_rollup(*, now: datetime | None = None) -> dict[str, int]:
@@ -147,6 +184,7 @@ def telemetry_rollup(*, now: datetime | None = None) -> dict[str, int]:
     over; the last few minutes are folded again so late samples count), then delete raw
     samples and rollups past their retention. Idempotent."""
     now = now or timezone.now()
+    telemetry_flush()
     end = now.replace(second=0, microsecond=0)
     last = TelemetryRollup.objects.aggregate(m=Max("minute"))["m"]
     if last is None:

@@ -10,7 +10,14 @@ from django.core.cache import cache
 
 from fleet.models import Node, TelemetryRollup, TelemetrySample
 from fleet.services.agents import agent_register, node_key_create
-from fleet.services.telemetry import LATEST_KEY, telemetry_ingest, telemetry_rollup
+from fleet.services.telemetry import (
+    BUFFER_KEY,
+    FLUSH_TIMER_KEY,
+    LATEST_KEY,
+    telemetry_flush,
+    telemetry_ingest,
+    telemetry_rollup,
+)
 from workers.gpu import SimulatedGpuBackend
 from workers.telemetry import telemetry_payload
 
@@ -39,8 +46,8 @@ def sim() -> tuple[Node, SimulatedGpuBackend, Clock]:
         agent_version="t",
         gpus=[g.to_dict() for g in backend.inventory()],
     )
-    for gpu in backend.inventory():
-        cache.delete(LATEST_KEY.format(uuid=gpu.uuid))
+    cache.delete_many([LATEST_KEY.format(uuid=g.uuid) for g in backend.inventory()])
+    cache.delete_many([BUFFER_KEY, FLUSH_TIMER_KEY])
     return node, backend, clock
 
 
@@ -60,6 +67,9 @@ def test_ingest_keeps_the_latest_sample_in_the_cache_and_appends_history(sim: An
     for _ in range(3):
         assert tick(node, backend, {4242: 99}) == 2
         clock.now += 5
+    # The first tick is written at once; the next ones wait in the buffer for the batch.
+    assert TelemetrySample.objects.filter(gpu__node=node).count() == 2
+    assert telemetry_flush() == 4
     assert TelemetrySample.objects.filter(gpu__node=node).count() == 6
     busy = cache.get(LATEST_KEY.format(uuid=backend.uuid(1)))
     idle = cache.get(LATEST_KEY.format(uuid=backend.uuid(0)))
@@ -76,6 +86,7 @@ def test_samples_for_unregistered_gpus_are_dropped(sim: Any) -> None:
         node_name=node.name, backend_name="simulated", samples=other.sample(), job_by_pid={}
     )
     assert telemetry_ingest(node=node, payload=payload) == 0
+    telemetry_flush()
     assert not TelemetrySample.objects.exists()
 
 
@@ -122,6 +133,7 @@ def test_history_api_returns_raw_for_recent_ranges_and_rollups_for_old_ones(
     for _ in range(12):
         tick(node, backend)
         clock.now += 5
+    telemetry_flush()
     url = f"/api/v1/nodes/{node.name}/telemetry/"
     recent = owner_api.get(url, {"gpu": 1}).json()
     assert recent["resolution"] == "raw"

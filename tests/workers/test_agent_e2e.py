@@ -19,7 +19,7 @@ from fleet.services.agents import node_key_create, nodes_reap
 from fleet.services.dispatch import send_start_on_commit
 from fleet.services.job_states import SCHEDULER, job_transition
 from fleet.services.jobs import job_cancel
-from fleet.services.telemetry import LATEST_KEY, telemetry_rollup
+from fleet.services.telemetry import LATEST_KEY, telemetry_flush, telemetry_rollup
 from tests.factories import JobFactory
 from tests.workers.agent_harness import AgentProcess, ControlPump, start_agent, unique_name
 
@@ -229,6 +229,7 @@ def test_simulated_telemetry_reaches_cache_history_and_rollups(
     node_view = owner_api.get(f"/api/v1/nodes/{node.name}/").json()
     shown = node_view["gpus"][0]["latest"]
     assert shown["memory_total_mb"] == 81920 and shown["memory_used_mb"] > 0
+    telemetry_flush()
     assert TelemetrySample.objects.filter(gpu=gpu).count() >= 2
 
     first = TelemetrySample.objects.filter(gpu=gpu).earliest("sampled_at").sampled_at
