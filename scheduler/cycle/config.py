@@ -55,7 +55,10 @@ COMMON: dict[str, Param] = {
     "prediction_history": Param(
         "int", 5000, 0, help="Finished jobs the runtime predictor learns from."
     ),
-    "eta_max_events": Param("int", 500, 0, help="Job ends the ETA forecast plays forward."),
+    "eta_max_events": Param("int", 100, 0, help="Job ends the ETA forecast plays forward."),
+    "eta_interval": Param(
+        "number", 60.0, 0.0, help="Seconds between ETA forecasts (0: every cycle)."
+    ),
     "eta_horizon": Param("number", 30 * 86400.0, 0.0, help="Seconds the ETA forecast covers."),
 }
 

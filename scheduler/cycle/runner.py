@@ -10,8 +10,9 @@ finish, cancel, hold and node changes.
 
 from __future__ import annotations
 
+import gc
 import logging
-from datetime import datetime
+from datetime import datetime, timedelta
 from time import perf_counter
 from typing import Any
 
@@ -57,13 +58,47 @@ def plan_for(snap: DbSnapshot) -> tuple[Policy, Plan, list[str]]:
 
 
 def estimates_for(snap: DbSnapshot, policy: Policy, plan: Plan) -> dict[int, Any]:
-    return estimate(
+    """job id -> (position, ETA, reason) for every pending job, by playing the plan forward.
+    Reasons are the plan's, worded the same whether or not ETAs were forecast."""
+    forecast = estimate(
         snap.core,
         policy,
         plan=plan,
         max_events=int(snap.param("eta_max_events")),
         horizon=float(snap.param("eta_horizon")),
     )
+    reasons = {w.job_id: w.reason for w in plan.waits}
+    return {
+        job_id: (position, eta, reasons.get(job_id, reason))
+        for job_id, (position, eta, reason) in forecast.items()
+    }
+
+
+def plan_estimates(snap: DbSnapshot, plan: Plan) -> dict[int, Any]:
+    """Positions and reasons from the plan, ETAs as last forecast (or the reservation's
+    start): what a cycle writes between two forecasts."""
+    waits = {w.job_id: w for w in plan.waits}
+    now = snap.core.now
+    out: dict[int, Any] = {}
+    for position, job_id in enumerate(plan.order, start=1):
+        wait = waits.get(job_id)
+        stored = snap.waits.get(job_id)
+        eta = wait.eta if wait is not None and wait.eta is not None else None
+        if eta is None and stored is not None and stored[2] is not None and stored[2] >= now:
+            eta = float(stored[2])
+        out[job_id] = (position, eta, wait.reason if wait is not None else "")
+    return out
+
+
+def forecast_due(snap: DbSnapshot) -> bool:
+    """Whether this cycle forecasts ETAs (at most every "eta_interval" seconds: the
+    forecast costs more than the rest of a cycle on a long queue)."""
+    interval = float(snap.param("eta_interval"))
+    if interval <= 0:
+        return True
+    since = snap.now - timedelta(seconds=interval)
+    recent = CycleRecord.objects.filter(started_at__gt=since, timings__has_key="eta_ms")
+    return not recent.exists()
 
 
 def _record(
@@ -105,7 +140,11 @@ def run_cycle_locked(*, now: datetime | None = None) -> CycleRecord:
     t2 = perf_counter()
     outcome = apply_plan(snap, plan)
     t3 = perf_counter()
-    estimates = estimates_for(snap, policy, plan)
+    forecast = forecast_due(snap)
+    if forecast:
+        estimates = estimates_for(snap, policy, plan)
+    else:
+        estimates = plan_estimates(snap, plan)
     t4 = perf_counter()
     written = write_waits(wait_rows(snap, estimates, outcome))
     t5 = perf_counter()
@@ -113,10 +152,11 @@ def run_cycle_locked(*, now: datetime | None = None) -> CycleRecord:
         "snapshot_ms": (t1 - t0) * 1000,
         "policy_ms": (t2 - t1) * 1000,
         "apply_ms": (t3 - t2) * 1000,
-        "eta_ms": (t4 - t3) * 1000,
         "waits_ms": (t5 - t4) * 1000,
         "waits_written": written,
     }
+    if forecast:
+        timings["eta_ms"] = (t4 - t3) * 1000
     return _record(
         started=started,
         t0=t0,
@@ -134,4 +174,12 @@ def run_cycle(*, now: datetime | None = None) -> CycleRecord | None:
         if not acquired:
             log.info("another scheduling cycle is running; this one does nothing")
             return None
-        return run_cycle_locked(now=now)
+        # A cycle builds hundreds of thousands of small objects and frees them at the end;
+        # the collector's passes over them in between would cost a third of the cycle.
+        collecting = gc.isenabled()
+        gc.disable()
+        try:
+            return run_cycle_locked(now=now)
+        finally:
+            if collecting:
+                gc.enable()

@@ -13,6 +13,8 @@ from types import MappingProxyType
 from typing import Any
 
 from django.contrib.auth import get_user_model
+from django.db import connection
+from django.db.models import F, FloatField, Func
 from django.utils import timezone
 
 from fleet.models import Gpu, Job, JobState, Node, Team
@@ -34,7 +36,8 @@ from scheduler.cycle.usage import Run, gpu_equivalent, team_usage
 # Finished states whose runtime says how long such a job really takes.
 HISTORY_STATES = (JobState.SUCCEEDED, JobState.TIMEOUT)
 
-WaitFields = tuple[str, int | None, datetime | None]
+# (state_reason, queue_position, eta in whole seconds since the epoch)
+WaitFields = tuple[str, int | None, int | None]
 
 
 @dataclass
@@ -62,8 +65,28 @@ class DbSnapshot:
         return COMMON[key].default if value is None else value
 
 
-def _ts(value: datetime | None, default: float) -> float:
-    return value.timestamp() if value is not None else default
+def epoch(name: str) -> Any:
+    """The column in seconds since the epoch. PostgreSQL computes it: parsing tens of
+    thousands of timestamps in Python would cost more than the rest of the snapshot."""
+    if connection.vendor == "postgresql":
+        return Func(
+            F(name), template="date_part('epoch', %(expressions)s)", output_field=FloatField()
+        )
+    return F(name)
+
+
+def seconds(value: datetime | float | None) -> float | None:
+    """A value read through `epoch()` as float seconds (None stays None)."""
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        return value.timestamp()
+    return float(value)
+
+
+def _ts(value: datetime | float | None, default: float) -> float:
+    found = seconds(value)
+    return default if found is None else found
 
 
 def train_predictor(limit: int) -> RuntimePredictor:
@@ -76,12 +99,12 @@ def train_predictor(limit: int) -> RuntimePredictor:
             state__in=HISTORY_STATES, started_at__isnull=False, finished_at__isnull=False
         )
         .order_by("-id")
-        .values_list("owner_id", "name", "time_limit", "started_at", "finished_at")[:limit]
+        .values_list("owner_id", "name", "time_limit", epoch("started_at"), epoch("finished_at"))[
+            :limit
+        ]
     )
     for owner, name, limit_s, started, finished in reversed(list(rows)):
-        if started is None or finished is None:  # excluded by the query; for the type checker
-            continue
-        predictor.update(str(owner), name, float(limit_s), (finished - started).total_seconds())
+        predictor.update(str(owner), name, float(limit_s), _ts(finished, 0.0) - _ts(started, 0.0))
     return predictor
 
 
@@ -133,16 +156,20 @@ def _nodes(
     return nodes, {name: node_id for node_id, name in names.items()}, names
 
 
-_ACTIVE_FIELDS = (
-    "id", "team_id", "owner_id", "node_id", "gpu_indices", "gpus", "gpu_memory_mb",
-    "gpu_compute_percent", "started_at", "assigned_at", "time_limit", "priority", "qos",
-    "preemptible", "requeues", "max_requeues", "name", "attempt", "state",
-)  # fmt: skip
-_PENDING_FIELDS = (
-    "id", "team_id", "owner_id", "submitted_at", "time_limit", "gpus", "gpu_memory_mb",
-    "gpu_compute_percent", "gpu_model", "min_gpu_memory_mb", "priority", "qos", "preemptible",
-    "name", "attempt", "state_reason", "queue_position", "eta",
-)  # fmt: skip
+def _active_fields() -> tuple[Any, ...]:
+    return (
+        "id", "team_id", "owner_id", "node_id", "gpu_indices", "gpus", "gpu_memory_mb",
+        "gpu_compute_percent", epoch("started_at"), epoch("assigned_at"), "time_limit",
+        "priority", "qos", "preemptible", "requeues", "max_requeues", "name", "attempt", "state",
+    )  # fmt: skip
+
+
+def _pending_fields() -> tuple[Any, ...]:
+    return (
+        "id", "team_id", "owner_id", epoch("submitted_at"), "time_limit", "gpus",
+        "gpu_memory_mb", "gpu_compute_percent", "gpu_model", "min_gpu_memory_mb", "priority",
+        "qos", "preemptible", "name", "attempt", "state_reason", "queue_position", epoch("eta"),
+    )  # fmt: skip
 
 
 def build_snapshot(*, now: datetime | None = None, save_usage: bool = True) -> DbSnapshot:
@@ -152,8 +179,8 @@ def build_snapshot(*, now: datetime | None = None, save_usage: bool = True) -> D
     t_now = now.timestamp()
     row = settings_get()
     params = dict(row.params or {})
-    active = list(Job.objects.filter(state__in=ACTIVE_STATES).values_list(*_ACTIVE_FIELDS))
-    pending = list(Job.objects.filter(state=JobState.PENDING).values_list(*_PENDING_FIELDS))
+    active = list(Job.objects.filter(state__in=ACTIVE_STATES).values_list(*_active_fields()))
+    pending = list(Job.objects.filter(state=JobState.PENDING).values_list(*_pending_fields()))
     nodes, node_ids, node_names = _nodes(active)
 
     snap = DbSnapshot(
@@ -226,7 +253,7 @@ def build_snapshot(*, now: datetime | None = None, save_usage: bool = True) -> D
                 id=job_id,
                 team=teams[team_id][1],
                 user=users.get(owner_id, ""),
-                submitted_at=submitted.timestamp(),
+                submitted_at=_ts(submitted, t_now),
                 time_limit=float(limit),
                 gpus=gpus,
                 gpu_memory_mb=mem,
@@ -241,7 +268,8 @@ def build_snapshot(*, now: datetime | None = None, save_usage: bool = True) -> D
             )
         )
         snap.attempts[job_id] = attempt
-        snap.waits[job_id] = (reason, position, eta)
+        stored_eta = seconds(eta)
+        snap.waits[job_id] = (reason, position, None if stored_eta is None else int(stored_eta))
 
     usage = team_usage(
         now=now,
