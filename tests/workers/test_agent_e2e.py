@@ -20,6 +20,7 @@ from fleet.services.dispatch import send_start_on_commit
 from fleet.services.job_states import SCHEDULER, job_transition
 from fleet.services.jobs import job_cancel
 from fleet.services.telemetry import LATEST_KEY, telemetry_flush, telemetry_rollup
+from scheduler.cycle.runner import run_cycle
 from tests.factories import JobFactory
 from tests.workers.agent_harness import AgentProcess, ControlPump, start_agent, unique_name
 
@@ -199,7 +200,9 @@ def test_agent_killed_mid_job_node_goes_down_and_the_job_completes_once_elsewher
     requeued = Job.objects.get(pk=job.pk)
     assert (requeued.state, requeued.requeues, requeued.node_id) == ("pending", 1, None)
 
-    dispatch(control, requeued, node_b)
+    # The scheduling cycle places it again: a is down, so on b.
+    record = control.run(run_cycle)
+    assert record is not None and record.placed == 1
     done = control.pump(state_is(job, "succeeded", "failed"), what="the job on b")
     assert done.state == "succeeded" and done.node_id == node_b.pk and done.attempt == 2
     applied = JobEvent.objects.filter(job=job, applied=True)
