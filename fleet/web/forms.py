@@ -37,6 +37,7 @@ class JobForm(forms.Form):
     team = forms.ChoiceField(help_text="The team whose quota the job uses.")
     gpus = forms.IntegerField(
         required=False,
+        label="GPUs",
         min_value=0,
         max_value=1024,
         help_text="Whole GPUs on one node. 0 with the two fields below asks for a fraction of "

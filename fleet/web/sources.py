@@ -56,7 +56,13 @@ def telemetry_history(
     fetch = getattr(telemetry, "telemetry_history", None)
     if fetch is None:
         return None
-    history = fetch(node=node, since=since, until=until)
+    history = fetch(node=node, since=since, until=until, now=until)
+    if not any(g.get("points") for g in history.get("gpus", [])):
+        # Long ranges read the minute rollups, which lag the raw samples; a young fleet
+        # has only raw ones. Show those rather than nothing.
+        retention = getattr(_module("fleet.services.telemetry"), "raw_retention", None)
+        if retention is not None and since < until - retention():
+            history = fetch(node=node, since=until - retention(), until=until, now=until)
     wanted = None if gpu_indices is None else set(gpu_indices)
     rows = []
     for gpu in history.get("gpus", []):

@@ -67,10 +67,8 @@
   function setupCharts() {
     document.querySelectorAll("[data-chart-url]").forEach(function (box) {
       var poll = parseFloat(box.getAttribute("data-chart-poll") || "0");
-      var initial = document.getElementById("usage-figures");
       if (poll > 0) every(poll, function () { drawCharts(box); });
       else drawCharts(box);
-      void initial;
     });
     var range = document.querySelector("[data-chart-range]");
     if (range) range.addEventListener("change", function () {
@@ -86,33 +84,39 @@
     });
   }
 
-  /* Log tail: GET url?offset=N returns new output from byte N. */
+  /* Log tail: GET url?offset=N returns {data, next_offset, complete, attempt}. `complete`
+   * can come before the last chunks of a finished job arrive, so polling stops only after
+   * several empty answers in a row; a new attempt starts a new log. */
   function setupLog() {
     var pre = document.getElementById("log");
     if (!pre) return;
     var url = pre.getAttribute("data-logs-url");
-    var offset = 0, started = false, done = false;
+    var offset = 0, started = false, idle = 0, attempt = null;
     every(2, function () {
-      if (done) return;
+      if (idle >= 5) return;
       var u = new URL(url, location.href);
       u.searchParams.set("offset", offset);
       fetch(u, { credentials: "same-origin", headers: { Accept: "application/json" } })
         .then(function (r) { return r.ok ? r.json() : null; })
         .then(function (d) {
           if (!d) return;
-          var text = d.data || d.text || d.content || "";
-          if (typeof d.next_offset === "number") offset = d.next_offset;
-          else if (typeof d.offset === "number") offset = d.offset + text.length;
-          else offset += text.length;
+          if (attempt !== null && d.attempt !== undefined && d.attempt !== attempt) {
+            pre.textContent += "\n--- attempt " + d.attempt + " ---\n";
+            offset = 0; attempt = d.attempt; idle = 0; return;
+          }
+          if (d.attempt !== undefined) attempt = d.attempt;
+          var text = d.data || "";
+          offset = typeof d.next_offset === "number" ? d.next_offset : offset + text.length;
           if (text) {
+            idle = 0;
             var atBottom = pre.scrollTop + pre.clientHeight >= pre.scrollHeight - 4;
             if (!started) { pre.textContent = ""; started = true; }
             pre.textContent += text;
             if (atBottom) pre.scrollTop = pre.scrollHeight;
-          } else if (!started && d.message) {
-            pre.textContent = d.message;
+          } else {
+            if (d.complete) idle += 1;
+            if (!started && d.complete) pre.textContent = "No output.";
           }
-          if (d.complete || d.eof || d.finished) done = true;
         })
         .catch(function () {});
     });
@@ -152,9 +156,18 @@
         .then(function (res) {
           if (mine !== seq) return;
           var d = res.d || {};
-          if (!res.ok) { out.textContent = d.message || "No estimate for this request."; return; }
-          out.textContent = d.summary || d.message || d.sentence ||
-            (d.eta ? "Would start around " + new Date(d.eta).toLocaleString() + "." : "No estimate.");
+          if (!res.ok) {
+            var fields = (d.extra && d.extra.fields) || {};
+            var first = Object.keys(fields)[0];
+            out.textContent = first ? "Not yet: " + fields[first][0]
+              : (d.message || "No estimate for this request.");
+            return;
+          }
+          if (d.reason) d.reason = String(d.reason).replace(/\.$/, "");
+          var when = d.estimated_start ? new Date(d.estimated_start).toLocaleString() : null;
+          if (d.would_start_now) out.textContent = "Would start now" + (d.node ? " on " + d.node : "") + " (" + d.policy + " policy).";
+          else if (when) out.textContent = "Would start around " + when + (d.reason ? ": " + d.reason : "") + ".";
+          else out.textContent = "No start estimate" + (d.reason ? ": " + d.reason : "") + ".";
         })
         .catch(function () { if (mine === seq) out.textContent = "Estimate unavailable right now."; });
     }
