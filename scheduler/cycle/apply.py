@@ -105,23 +105,23 @@ def _place(
     if place.reason:
         reason += f" ({place.reason})"
     try:
-        with transaction.atomic():
-            fresh = job_transition(
-                job_id=job.id,
-                action="dispatch",
-                actor=SCHEDULER,
-                reason=reason,
-                attempt=snap.attempts[job.id],
-                fields={
-                    "node_id": node_id,
-                    "gpu_indices": list(place.gpu_indices),
-                    "queue_position": None,
-                    "eta": None,
-                },
-            )
-            send_start_on_commit(fresh)
+        # The state machine's own atomic block is this decision's savepoint.
+        fresh = job_transition(
+            job_id=job.id,
+            action="dispatch",
+            actor=SCHEDULER,
+            reason=reason,
+            attempt=snap.attempts[job.id],
+            fields={
+                "node_id": node_id,
+                "gpu_indices": list(place.gpu_indices),
+                "queue_position": None,
+                "eta": None,
+            },
+        )
     except (Conflict, NotFound) as exc:
         return f"the job changed since the snapshot ({exc.message})"
+    send_start_on_commit(fresh)
     for index in place.gpu_indices:
         occupancy.add(node_id, index, job.gpus, job.gpu_memory_mb, job.gpu_compute_percent)
     return None
@@ -139,18 +139,13 @@ def _preempt(snap: DbSnapshot, preempt: Preempt) -> tuple[str, str | None]:
     if not requeue:
         reason += f"; not requeued: it was requeued {requeues} times (max_requeues {max_requeues})"
     try:
-        with transaction.atomic():
-            job = job_transition(
-                job_id=preempt.job_id,
-                action=action,
-                actor=SCHEDULER,
-                reason=reason,
-                attempt=attempt,
-            )
-            # The agent stops the attempt with its grace period (SIGTERM, then SIGKILL).
-            stop_previous_attempt(job, reason=reason)
+        job = job_transition(
+            job_id=preempt.job_id, action=action, actor=SCHEDULER, reason=reason, attempt=attempt
+        )
     except (Conflict, NotFound) as exc:
         return action, f"the job changed since the snapshot ({exc.message})"
+    # The agent stops the attempt with its grace period (SIGTERM, then SIGKILL).
+    stop_previous_attempt(job, reason=reason)
     return action, None
 
 
@@ -182,9 +177,9 @@ def apply_plan(snap: DbSnapshot, plan: Plan) -> Outcome:
                 else:
                     log.info("skipped placing job %s: %s", place.job_id, why)
                     outcome.skipped[place.job_id] = f"placement on {place.node} skipped: {why}"
-    for batch in _batches(plan.preempts):
+    for victims in _batches(plan.preempts):
         with transaction.atomic():
-            for preempt in batch:
+            for preempt in victims:
                 action, why = _preempt(snap, preempt)
                 if why is not None:
                     log.info("skipped preempting job %s: %s", preempt.job_id, why)
