@@ -4,7 +4,7 @@ VENV := .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: up test install lint typecheck pytest clean
+.PHONY: up test install browser lint typecheck pytest clean
 
 $(STAMP): pyproject.toml
 	@$(PYTHON) -c 'import sys; sys.exit(sys.version_info < (3, 11))' || \
@@ -16,6 +16,20 @@ $(STAMP): pyproject.toml
 
 install: $(STAMP)
 
+# The browser tests (tests/e2e) drive Debian's chromium through Playwright; CI never skips
+# them, so a missing browser is installed (as root) or named, and the run stops.
+CHROMIUM := /usr/bin/chromium
+browser:
+	@if [ ! -x $(CHROMIUM) ]; then \
+		if [ "$$(id -u)" = 0 ]; then \
+			apt-get update && DEBIAN_FRONTEND=noninteractive apt-get install -y chromium; \
+		else \
+			echo "The browser tests need Debian's chromium at $(CHROMIUM)."; \
+			echo "Install it as root:  apt-get install -y chromium"; \
+			exit 1; \
+		fi; \
+	fi
+
 up: install
 	scripts/up.sh
 
@@ -26,7 +40,7 @@ lint: install
 typecheck: install
 	$(BIN)/mypy fleet scheduler workers
 
-pytest: install
+pytest: install browser
 	$(BIN)/python -m pytest
 
 test: lint typecheck pytest
