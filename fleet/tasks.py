@@ -10,10 +10,22 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.db import OperationalError
+
 from fleet.celery import app
 from fleet.services import agents, telemetry, telemetry_logs
 
-AGENT_MESSAGE = {"acks_late": True, "time_limit": 60, "soft_time_limit": 50}
+# A database that is briefly unavailable or locked (SQLite under several writers) must not
+# lose a report: the message is retried with backoff, and applying it twice is harmless.
+AGENT_MESSAGE: dict[str, Any] = {
+    "acks_late": True,
+    "time_limit": 60,
+    "soft_time_limit": 50,
+    "autoretry_for": (OperationalError,),
+    "retry_backoff": 1,
+    "retry_backoff_max": 30,
+    "max_retries": 8,
+}
 
 
 @app.task(name="fleet.tasks.agent_register", **AGENT_MESSAGE)

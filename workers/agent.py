@@ -63,6 +63,7 @@ def build_agent(args: argparse.Namespace) -> Agent:
         node=args.node,
         state_dir=state_dir,
         heartbeat_interval=_number("FLEET_HEARTBEAT_INTERVAL", 5.0),
+        register_interval=_number("FLEET_REGISTER_INTERVAL", 60.0),
         telemetry_interval=_number("FLEET_TELEMETRY_INTERVAL", 5.0),
         log_interval=_number("FLEET_LOG_SHIP_INTERVAL", 2.0),
         supervise_interval=_number("FLEET_SUPERVISE_INTERVAL", 1.0),
@@ -98,7 +99,6 @@ def main(argv: Sequence[str] | None = None) -> None:
     app = configure(args.node)
     agent = build_agent(args)
     tasks.bind(agent)
-    agent.register()
     stop = threading.Event()
     agent.run_background(stop)
     logger.info("agent %s: %d GPUs (%s), state in %s", args.node,

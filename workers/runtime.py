@@ -36,6 +36,7 @@ class AgentConfig:
     node: str
     state_dir: Path
     heartbeat_interval: float = 5.0
+    register_interval: float = 60.0
     telemetry_interval: float = 5.0
     log_interval: float = 2.0
     supervise_interval: float = 1.0
@@ -198,7 +199,10 @@ class Agent:
         """Start the supervisor and the periodic duties (heartbeat, telemetry, log
         shipping) in daemon threads until `stop` is set."""
         cfg = self.config
+        # Registering again now and then is idempotent and heals a registration the control
+        # side could not apply (database down when the agent started).
         duties: list[tuple[float, Callable[[], Any]]] = [
+            (cfg.register_interval, self.register),
             (cfg.heartbeat_interval, self.heartbeat),
             (cfg.telemetry_interval, self.telemetry_tick),
             (cfg.log_interval, self.logs.ship),

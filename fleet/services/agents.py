@@ -131,10 +131,12 @@ def agent_register(
     agent is told to stop."""
     now = now or timezone.now()
     with transaction.atomic():
-        _sync_gpus(node, gpus)
+        # A write first: SQLite then takes its write lock at once (waiting for it) instead
+        # of failing when a read transaction tries to upgrade.
         Node.objects.filter(pk=node.pk).update(
             gpu_backend=backend[:20], agent_version=agent_version[:50]
         )
+        _sync_gpus(node, gpus)
         _node_seen(node, now)
         return _reconcile(node, running)
 
