@@ -219,3 +219,16 @@ def test_only_the_latest_cycle_records_are_kept(
     assert list(CycleRecord.objects.values_list("id", flat=True)) == [
         r.pk for r in reversed(records[1:]) if r is not None
     ]
+
+
+def test_the_celery_task_runs_a_cycle_on_the_control_queue(
+    owner: Any, team: Any, sent: list[Any]
+) -> None:
+    from scheduler.tasks import schedule_cycle
+
+    make_node("sim-a", 1)
+    job = make_job(owner, team)
+    assert schedule_cycle.name == messaging.SCHEDULE_TASK and schedule_cycle.queue == "control"
+    summary = schedule_cycle.apply().get()
+    assert summary["placed"] == 1 and CycleRecord.objects.filter(pk=summary["cycle"]).exists()
+    assert Job.objects.get(pk=job.pk).state == JobState.ASSIGNED
