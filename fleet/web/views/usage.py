@@ -31,11 +31,11 @@ def usage_data(period: str, since: datetime, until: datetime, now: datetime) -> 
     usage = gpu_hours(since=since, until=until, now=now)
     teams = team_allocation()
     for team in teams:
-        team["gpu_hours"] = round(usage.by_team.get(team["slug"], 0.0), 2)
+        team["gpu_hours"] = round(usage.by_team.get(team["slug"], 0.0), 3)
         # Average GPUs in use over the period.
         team["used"] = round(usage.by_team.get(team["slug"], 0.0) / usage.hours, 2)
     users = sorted(usage.by_user.items(), key=lambda item: -item[1])[:TOP_USERS]
-    user_rows = [{"team": t, "user": u, "gpu_hours": round(h, 2)} for (t, u), h in users]
+    user_rows = [{"team": t, "user": u, "gpu_hours": round(h, 3)} for (t, u), h in users]
     slugs = [t["slug"] for t in teams]
     bar = {"type": "bar"}
     figures = {
@@ -75,7 +75,7 @@ def usage_data(period: str, since: datetime, until: datetime, now: datetime) -> 
         "figures": figures,
         "teams": teams,
         "users": user_rows,
-        "total": round(usage.total, 2),
+        "total": round(usage.total, 3),
     }
 
 
