@@ -25,6 +25,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
+from django.core.cache import cache
 from django.db import transaction
 from django.db.models import Q
 from django.utils import timezone
@@ -51,6 +52,11 @@ def _setting(name: str, default: float) -> float:
 def start_timeout_s() -> float:
     """How long an assigned job may wait for its node to confirm the start."""
     return _setting("FLEET_START_TIMEOUT", 120)
+
+
+def missing_grace_s() -> float:
+    """How long a running job may be missing from its node's heartbeats before it is lost."""
+    return _setting("FLEET_MISSING_GRACE", 30)
 
 
 # -- credentials ----------------------------------------------------------------------------
@@ -146,9 +152,47 @@ def agent_heartbeat(
 ) -> list[tuple[int, int]]:
     """The node is alive and runs `running` ([job_id, attempt, pid] each); returns the
     attempts the agent is told to stop."""
+    now = now or timezone.now()
+    running = list(running)
     with transaction.atomic():
-        _node_seen(node, now or timezone.now())
-        return _reconcile(node, running)
+        _node_seen(node, now)
+        stops = _reconcile(node, running)
+    _lose_missing(node, {(int(r[0]), int(r[1])) for r in running}, now)
+    return stops
+
+
+def _lose_missing(node: Node, listed: set[tuple[int, int]], now: datetime) -> None:
+    """A job the database runs on this node but the agent no longer lists has ended
+    without its report arriving (the report was lost, or the agent lost its state). Once it
+    has been missing for the grace period, it is lost and requeued like a job of a node
+    that went down. The grace covers a final report still in flight."""
+    grace = missing_grace_s()
+    missing = [
+        (row["id"], row["attempt"])
+        for row in Job.objects.filter(node=node, state=JobState.RUNNING).values("id", "attempt")
+        if (row["id"], row["attempt"]) not in listed
+    ]
+    for job_id, attempt in missing:
+        marker = f"agents:missing:{job_id}.{attempt}"
+        try:
+            since = cache.get(marker)
+            if since is None:
+                cache.set(marker, now.timestamp(), timeout=int(grace * 3) + 1)
+                continue
+        except Exception:
+            return  # no cache, no memory of earlier heartbeats: decide later
+        if now.timestamp() - since < grace:
+            continue
+        try:
+            with transaction.atomic():
+                job = Job.objects.get(pk=job_id)
+                if job.attempt == attempt:
+                    _requeue_lost(
+                        job, f"node {node.name} no longer runs it; its end was not reported"
+                    )
+        except (Conflict, Job.DoesNotExist):
+            continue
+        messaging.request_schedule()
 
 
 def _reconcile(node: Node, running: Iterable[Sequence[Any]]) -> list[tuple[int, int]]:

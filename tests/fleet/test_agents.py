@@ -7,6 +7,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.core.cache import cache
 from django.core.management import call_command
 from django.utils import timezone
 from django_celery_beat.models import PeriodicTask
@@ -248,3 +249,21 @@ def test_beat_schedules_exist_for_the_reaper_and_rollups() -> None:
     assert reaper.interval is not None and reaper.interval.every == 10
     assert reaper.queue == "control" and reaper.enabled
     assert PeriodicTask.objects.filter(task="fleet.tasks.telemetry_rollup").exists()
+
+
+def test_a_running_job_its_node_stops_listing_is_lost_after_the_grace(
+    node: Node, owner: Any, team: Any
+) -> None:
+    job = running_job(node, owner, team)
+    kept = running_job(node, owner, team)
+    now = timezone.now()
+    cache.delete_many([f"agents:missing:{job.pk}.1", f"agents:missing:{kept.pk}.1"])
+    # The final report of `job` never arrived, and the agent no longer lists it.
+    agent_heartbeat(node=node, running=[[kept.pk, 1, 1]], now=now)
+    agent_heartbeat(node=node, running=[[kept.pk, 1, 1]], now=now + timedelta(seconds=20))
+    assert Job.objects.get(pk=job.pk).state == "running"  # a report may still be in flight
+    agent_heartbeat(node=node, running=[[kept.pk, 1, 1]], now=now + timedelta(seconds=31))
+    lost = Job.objects.get(pk=job.pk)
+    assert (lost.state, lost.requeues) == ("pending", 1)
+    assert "no longer runs it" in lost.state_reason
+    assert Job.objects.get(pk=kept.pk).state == "running"
