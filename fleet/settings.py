@@ -10,13 +10,19 @@ import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
 BASE_DIR = Path(__file__).resolve().parent.parent
-VAR_DIR = Path(os.environ.get("FLEET_VAR_DIR", BASE_DIR / "var"))
+VAR_DIR = Path(os.environ.get("FLEET_VAR_DIR") or BASE_DIR / "var")
 VAR_DIR.mkdir(parents=True, exist_ok=True)
+
+
+def env(name: str, default: str) -> str:
+    """The variable's value; unset and empty both mean the default (so a copied
+    .env.example with empty lines works as it is)."""
+    return os.environ.get(name) or default
 
 
 def env_bool(name: str, default: bool) -> bool:
     value = os.environ.get(name)
-    if value is None:
+    if not value:
         return default
     return value.strip().lower() in {"1", "true", "yes", "on"}
 
@@ -39,9 +45,9 @@ def _secret_key() -> str:
 
 
 SECRET_KEY = _secret_key()
-ALLOWED_HOSTS = [h for h in os.environ.get("ALLOWED_HOSTS", "*" if DEBUG else "").split(",") if h]
-CSRF_TRUSTED_ORIGINS = [o for o in os.environ.get("CSRF_TRUSTED_ORIGINS", "").split(",") if o]
-FLEET_PORT = int(os.environ.get("FLEET_PORT", "8000"))
+ALLOWED_HOSTS = [h for h in env("ALLOWED_HOSTS", "*" if DEBUG else "").split(",") if h]
+CSRF_TRUSTED_ORIGINS = [o for o in env("CSRF_TRUSTED_ORIGINS", "").split(",") if o]
+FLEET_PORT = int(env("FLEET_PORT", "8000"))
 
 INSTALLED_APPS = [
     "django.contrib.admin",
@@ -90,17 +96,21 @@ TEMPLATES = [
 
 DATABASES = {
     "default": dj_database_url.parse(
-        os.environ.get("DATABASE_URL", f"sqlite:///{VAR_DIR / 'fleet.sqlite3'}"),
-        conn_max_age=int(os.environ.get("DATABASE_CONN_MAX_AGE", "60")),
+        env("DATABASE_URL", f"sqlite:///{VAR_DIR / 'fleet.sqlite3'}"),
+        conn_max_age=int(env("DATABASE_CONN_MAX_AGE", "60")),
     )
 }
 if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
     # Several processes (web, control worker, beat) share the file: wait for locks.
-    DATABASES["default"].setdefault("OPTIONS", {})["timeout"] = 20
+    options = DATABASES["default"].setdefault("OPTIONS", {})
+    options["timeout"] = 20
+    # Take the write lock when a transaction begins: a transaction that reads and then
+    # writes cannot then fail midway with "database is locked".
+    options["transaction_mode"] = "IMMEDIATE"
     DATABASES["default"]["CONN_MAX_AGE"] = 0
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
-REDIS_URL = os.environ.get("REDIS_URL", "redis://127.0.0.1:6379/0")
+REDIS_URL = env("REDIS_URL", "redis://127.0.0.1:6379/0")
 CACHES = {
     "default": {
         "BACKEND": "django.core.cache.backends.redis.RedisCache",
@@ -118,7 +128,7 @@ LOGIN_REDIRECT_URL = "/"
 LOGOUT_REDIRECT_URL = "/login/"
 
 LANGUAGE_CODE = "en-us"
-TIME_ZONE = os.environ.get("TIME_ZONE", "UTC")
+TIME_ZONE = env("TIME_ZONE", "UTC")
 USE_I18N = False
 USE_TZ = True
 
@@ -130,6 +140,8 @@ STATIC_ROOT.mkdir(parents=True, exist_ok=True)
 WHITENOISE_USE_FINDERS = True
 WHITENOISE_AUTOREFRESH = DEBUG
 
+# Sessions read from the cache (written through to the database): live views poll often.
+SESSION_ENGINE = "django.contrib.sessions.backends.cached_db"
 SESSION_COOKIE_HTTPONLY = True
 SESSION_COOKIE_SECURE = not DEBUG
 CSRF_COOKIE_SECURE = not DEBUG
@@ -168,14 +180,14 @@ SPECTACULAR_SETTINGS = {
 
 # Celery: JSON only, explicit limits, the control queue for the control side and one
 # queue per GPU host ("node.<name>").
-CELERY_BROKER_URL = os.environ.get("CELERY_BROKER_URL", REDIS_URL)
+CELERY_BROKER_URL = env("CELERY_BROKER_URL", REDIS_URL)
 CELERY_RESULT_BACKEND = None
 CELERY_TASK_SERIALIZER = "json"
 CELERY_RESULT_SERIALIZER = "json"
 CELERY_ACCEPT_CONTENT = ["json"]
 CELERY_TASK_DEFAULT_QUEUE = "control"
-CELERY_TASK_TIME_LIMIT = int(os.environ.get("FLEET_TASK_TIME_LIMIT", "120"))
-CELERY_TASK_SOFT_TIME_LIMIT = int(os.environ.get("FLEET_TASK_SOFT_TIME_LIMIT", "100"))
+CELERY_TASK_TIME_LIMIT = int(env("FLEET_TASK_TIME_LIMIT", "120"))
+CELERY_TASK_SOFT_TIME_LIMIT = int(env("FLEET_TASK_SOFT_TIME_LIMIT", "100"))
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
@@ -183,15 +195,19 @@ CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
 CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
 CELERY_TIMEZONE = TIME_ZONE
 
+# Seconds a stopped job gets between SIGTERM and SIGKILL (to checkpoint); its GPUs stay
+# reserved for it meanwhile.
+FLEET_JOB_GRACE = float(env("FLEET_JOB_GRACE", "30"))
+
 # Submission limits (see fleet/services/jobs.py).
-FLEET_MAX_COMMAND_BYTES = int(os.environ.get("FLEET_MAX_COMMAND_BYTES", "16384"))
-FLEET_MAX_ENV_BYTES = int(os.environ.get("FLEET_MAX_ENV_BYTES", "32768"))
-FLEET_MAX_ENV_VARS = int(os.environ.get("FLEET_MAX_ENV_VARS", "128"))
+FLEET_MAX_COMMAND_BYTES = int(env("FLEET_MAX_COMMAND_BYTES", "16384"))
+FLEET_MAX_ENV_BYTES = int(env("FLEET_MAX_ENV_BYTES", "32768"))
+FLEET_MAX_ENV_VARS = int(env("FLEET_MAX_ENV_VARS", "128"))
 
 LOGGING = {
     "version": 1,
     "disable_existing_loggers": False,
     "formatters": {"plain": {"format": "%(asctime)s %(levelname)s %(name)s: %(message)s"}},
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
-    "root": {"handlers": ["console"], "level": os.environ.get("LOG_LEVEL", "INFO")},
+    "root": {"handlers": ["console"], "level": env("LOG_LEVEL", "INFO")},
 }

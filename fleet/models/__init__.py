@@ -1,11 +1,12 @@
 from fleet.models.jobs import Job, JobEvent, JobState
-from fleet.models.nodes import Gpu, Node, NodeState
+from fleet.models.nodes import Gpu, GpuRelease, Node, NodeState
 from fleet.models.teams import ApiToken, Membership, Role, Team
 from fleet.models.telemetry import JobLogChunk, TelemetryRollup, TelemetrySample
 
 __all__ = [
     "ApiToken",
     "Gpu",
+    "GpuRelease",
     "Job",
     "JobEvent",
     "JobLogChunk",

@@ -94,6 +94,7 @@ class Job(models.Model):
             models.Index(fields=["team", "state"]),
             models.Index(fields=["owner", "state"]),
             models.Index(fields=["node", "state"]),
+            models.Index(fields=["finished_at"]),
         ]
         constraints = [
             models.CheckConstraint(
@@ -127,6 +128,7 @@ class Job(models.Model):
     previous_state: str = ""
     previous_attempt: int = 0
     previous_node_id: int | None = None
+    previous_gpu_indices: tuple[int, ...] = ()
 
     def __str__(self) -> str:
         return f"job {self.pk} ({self.name})"

@@ -51,3 +51,34 @@ class Gpu(models.Model):
 
     def __str__(self) -> str:
         return f"{self.node.name}:{self.index} ({self.model})"
+
+
+class GpuRelease(models.Model):
+    """GPUs that a stopping attempt still holds.
+
+    When a job leaves assigned/running because of a cancel, a requeue or a preemption, the
+    database frees its GPUs at once, but its process lives on for its grace period (SIGTERM,
+    then SIGKILL). Until the agent reports that attempt's end, or the hold expires, the
+    scheduler counts these GPUs as busy, so a new job never lands on a GPU whose old job is
+    still checkpointing."""
+
+    node = models.ForeignKey(Node, on_delete=models.CASCADE, related_name="releases")
+    job = models.ForeignKey("fleet.Job", on_delete=models.CASCADE, related_name="releases")
+    attempt = models.PositiveIntegerField()
+    gpu_indices = models.JSONField(default=list)
+    gpus = models.PositiveSmallIntegerField()
+    gpu_memory_mb = models.PositiveIntegerField(null=True, blank=True)
+    gpu_compute_percent = models.PositiveSmallIntegerField(null=True, blank=True)
+    created_at = models.DateTimeField(auto_now_add=True)
+    expires_at = models.DateTimeField()
+
+    class Meta:
+        constraints = [
+            models.UniqueConstraint(fields=["job", "attempt"], name="gpu_release_one_per_attempt")
+        ]
+        indexes = [models.Index(fields=["expires_at"])]
+
+    def __str__(self) -> str:
+        return (
+            f"job {self.job_id}.{self.attempt} releasing {self.gpu_indices} on node {self.node_id}"
+        )

@@ -36,6 +36,7 @@ from fleet.models.jobs import ACTIVE_STATES
 from fleet.services import messaging
 from fleet.services.job_states import SYSTEM, Actor, job_record_ignored, job_transition
 from fleet.services.jobs import stop_previous_attempt
+from fleet.services.releases import gpu_release_done, gpu_release_prune, gpu_release_reconcile
 from fleet.services.tokens import hash_key
 
 log = logging.getLogger(__name__)
@@ -157,6 +158,7 @@ def agent_heartbeat(
     with transaction.atomic():
         _node_seen(node, now)
         stops = _reconcile(node, running)
+        gpu_release_reconcile(node=node, running=[(int(r[0]), int(r[1])) for r in running])
     _lose_missing(node, {(int(r[0]), int(r[1])) for r in running}, now)
     return stops
 
@@ -257,6 +259,9 @@ def job_report_apply(
     if actions is None:
         log.warning("node %s reported unknown state %r for job %s", node.name, state, job_id)
         return False
+    if state != "running":
+        # Whatever else this report means, the attempt's process is gone.
+        gpu_release_done(job_id=job_id, attempt=attempt)
     current = Job.objects.filter(id=job_id).values("state", "attempt", "node_id").first()
     why = ""
     if current is None:
@@ -383,6 +388,7 @@ def nodes_reap(*, now: datetime | None = None) -> dict[str, int]:
             unconfirmed += 1
         except Conflict:
             continue
-    if down or lost or unconfirmed:
+    released = gpu_release_prune(now=now)
+    if down or lost or unconfirmed or released:
         messaging.request_schedule()
     return {"nodes_down": down, "jobs_lost": lost, "starts_given_up": unconfirmed}

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
+from django.conf import settings
+
 from fleet.models import Job
 from fleet.services import messaging
 
@@ -19,6 +21,8 @@ def start_spec(job: Job) -> dict[str, Any]:
         "time_limit": job.time_limit,
         "gpu_memory_mb": job.gpu_memory_mb,
         "gpu_compute_percent": job.gpu_compute_percent,
+        # The control side keeps stopped jobs' GPUs reserved for this long (releases.py).
+        "grace": settings.FLEET_JOB_GRACE,
     }
 
 

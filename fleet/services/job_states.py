@@ -133,7 +133,9 @@ def job_transition(
     now = timezone.now()
     with transaction.atomic():
         current = (
-            Job.objects.filter(id=job_id).values("state", "attempt", "requeues", "node_id").first()
+            Job.objects.filter(id=job_id)
+            .values("state", "attempt", "requeues", "node_id", "gpu_indices")
+            .first()
         )
         if current is None:
             raise NotFound(f"Job {job_id} does not exist.")
@@ -186,6 +188,7 @@ def job_transition(
     job.previous_state = current["state"]
     job.previous_attempt = expected_attempt
     job.previous_node_id = current["node_id"]
+    job.previous_gpu_indices = tuple(current["gpu_indices"] or ())
     return job
 
 

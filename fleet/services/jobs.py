@@ -15,11 +15,13 @@ from fleet.models.jobs import PRIORITY_MAX, PRIORITY_MIN, ActorKind, Qos
 from fleet.services import messaging
 from fleet.services.access import can_manage_job
 from fleet.services.job_states import Actor, job_transition
+from fleet.services.releases import gpu_release_hold
 from scheduler.cycle.admission import admit
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
-# Set by the agent for every job; a job may not override them.
-RESERVED_ENV = re.compile(r"^(FLEET_.*|CUDA_VISIBLE_DEVICES|NVIDIA_VISIBLE_DEVICES)$")
+# Set by the agent for every job; a job may not override them. FLEET_SIM_* are the job's own
+# declaration of its load on a simulated GPU (workers/gpu/simulated.py).
+RESERVED_ENV = re.compile(r"^(FLEET_(?!SIM_).*|CUDA_VISIBLE_DEVICES|NVIDIA_VISIBLE_DEVICES)$")
 
 
 @dataclass(frozen=True)
@@ -206,8 +208,10 @@ def _require_manager(user: Any, job: Job, verb: str) -> None:
 
 
 def stop_previous_attempt(job: Job, reason: str) -> None:
-    """After a transition away from assigned/running, tell the node to stop that attempt."""
+    """After a transition away from assigned/running, tell the node to stop that attempt,
+    and keep its GPUs busy for the scheduler until the attempt has ended."""
     if job.previous_node_id and job.previous_state in (JobState.ASSIGNED, JobState.RUNNING):
+        gpu_release_hold(job=job)
         node_name = Node.objects.filter(id=job.previous_node_id).values_list("name", flat=True)
         for name in node_name:
             messaging.send_to_node_on_commit(

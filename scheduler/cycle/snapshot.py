@@ -17,7 +17,7 @@ from django.db import connection
 from django.db.models import F, FloatField, Func
 from django.utils import timezone
 
-from fleet.models import Gpu, Job, JobState, Node, Team
+from fleet.models import Gpu, GpuRelease, Job, JobState, Node, Team
 from fleet.models.jobs import ACTIVE_STATES
 from fleet.models.nodes import NodeState as NodeStatus
 from scheduler.core.model import (
@@ -156,6 +156,17 @@ def _nodes(
     return nodes, {name: node_id for node_id, name in names.items()}, names
 
 
+def _releasing(now: datetime) -> list[tuple[Any, ...]]:
+    """GPUs that stopping attempts still hold (fleet.models.GpuRelease), shaped like the
+    active rows that `_nodes` reads: (_, _, _, node_id, gpu_indices, gpus, memory, compute)."""
+    return [
+        (None, None, None, *row)
+        for row in GpuRelease.objects.filter(expires_at__gt=now).values_list(
+            "node_id", "gpu_indices", "gpus", "gpu_memory_mb", "gpu_compute_percent"
+        )
+    ]
+
+
 def _active_fields() -> tuple[Any, ...]:
     return (
         "id", "team_id", "owner_id", "node_id", "gpu_indices", "gpus", "gpu_memory_mb",
@@ -181,7 +192,8 @@ def build_snapshot(*, now: datetime | None = None, save_usage: bool = True) -> D
     params = dict(row.params or {})
     active = list(Job.objects.filter(state__in=ACTIVE_STATES).values_list(*_active_fields()))
     pending = list(Job.objects.filter(state=JobState.PENDING).values_list(*_pending_fields()))
-    nodes, node_ids, node_names = _nodes(active)
+    releasing = _releasing(now)
+    nodes, node_ids, node_names = _nodes(active + releasing)
 
     snap = DbSnapshot(
         core=Snapshot(now=t_now, nodes=nodes),

@@ -28,7 +28,9 @@ pytestmark = pytest.mark.django_db
 
 
 @pytest.fixture
-def control(django_capture_on_commit_callbacks: Any) -> Iterator[ControlPump]:
+def control(django_capture_on_commit_callbacks: Any, settings: Any) -> Iterator[ControlPump]:
+    # The control side sends the grace with each start: the same 2 s the harness's agents use.
+    settings.FLEET_JOB_GRACE = 2
     pump = ControlPump(unique_name("control-test"), django_capture_on_commit_callbacks)
     yield pump
     pump.close()

@@ -181,7 +181,15 @@ def test_preemption_requeues_a_borrowers_job_for_a_team_under_its_guarantee(
     assert all(q == "node.sim-a" and k["attempt"] == 1 for q, k in stops)
     assert any(t == messaging.SCHEDULE_TASK for t, _, _ in sent)
 
-    # The GPUs are free in the database now: the next cycle places the claimant.
+    # The victims are in their grace period: their GPUs stay busy until the agent reports
+    # each attempt's end, and only then does a cycle place the claimant.
+    run_cycle()
+    claimant.refresh_from_db()
+    assert claimant.state == JobState.PENDING
+    from fleet.services.agents import job_report_apply
+
+    for victim in borrowed:
+        job_report_apply(node=a, job_id=victim.pk, attempt=1, state="preempted", exit_code=-15)
     run_cycle()
     claimant.refresh_from_db()
     assert claimant.state == JobState.ASSIGNED and sorted(claimant.gpu_indices) == [0, 1, 2, 3]

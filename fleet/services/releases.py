@@ -1,0 +1,66 @@
+"""GPUs held by stopping attempts (see fleet.models.GpuRelease).
+
+A hold is made when a job leaves assigned/running while its process may still live, and
+dropped when the agent reports that attempt's end, when a heartbeat no longer lists it, or
+when it expires (the job's grace period plus a margin), so a lost message never keeps a
+GPU busy for long.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from datetime import datetime, timedelta
+
+from django.conf import settings
+from django.db import IntegrityError, transaction
+from django.utils import timezone
+
+from fleet.models import GpuRelease, Job, Node, NodeState
+
+# Time for the agent's report of the end to arrive after SIGKILL.
+REPORT_MARGIN_S = 15.0
+
+
+def gpu_release_hold(*, job: Job, now: datetime | None = None) -> GpuRelease | None:
+    """Keep the GPUs of the attempt that `job` just left busy until that attempt ends."""
+    if not job.previous_node_id or not job.previous_gpu_indices:
+        return None
+    node_state = Node.objects.filter(id=job.previous_node_id).values_list("state", flat=True)
+    if not node_state or node_state[0] == NodeState.DOWN:
+        return None  # a down node schedules nothing; its agent reconciles when it returns
+    now = now or timezone.now()
+    expires = now + timedelta(seconds=float(settings.FLEET_JOB_GRACE) + REPORT_MARGIN_S)
+    try:
+        with transaction.atomic():
+            return GpuRelease.objects.create(
+                node_id=job.previous_node_id,
+                job=job,
+                attempt=job.previous_attempt,
+                gpu_indices=list(job.previous_gpu_indices),
+                gpus=job.gpus,
+                gpu_memory_mb=job.gpu_memory_mb,
+                gpu_compute_percent=job.gpu_compute_percent,
+                expires_at=expires,
+            )
+    except IntegrityError:
+        return None  # this attempt is already being released
+
+
+def gpu_release_done(*, job_id: int, attempt: int) -> int:
+    """The agent reported that the attempt ended: its GPUs are free."""
+    return GpuRelease.objects.filter(job_id=job_id, attempt=attempt).delete()[0]
+
+
+def gpu_release_reconcile(*, node: Node, running: Iterable[tuple[int, int]]) -> int:
+    """A heartbeat lists what the node still runs: holds for anything else are over."""
+    listed = set(running)
+    over = [
+        r.pk
+        for r in GpuRelease.objects.filter(node=node).only("id", "job_id", "attempt")
+        if (r.job_id, r.attempt) not in listed
+    ]
+    return GpuRelease.objects.filter(id__in=over).delete()[0] if over else 0
+
+
+def gpu_release_prune(*, now: datetime | None = None) -> int:
+    return GpuRelease.objects.filter(expires_at__lte=now or timezone.now()).delete()[0]
