@@ -192,6 +192,65 @@ def job_transition(
     return job
 
 
+@dataclass(frozen=True)
+class Dispatch:
+    """One placement to apply: the pending job, the attempt the decision was made on, and
+    where it goes."""
+
+    job_id: int
+    attempt: int
+    node_id: int
+    gpu_indices: tuple[int, ...]
+    reason: str
+
+
+def job_dispatch_many(*, dispatches: list[Dispatch], actor: Actor) -> list[Job]:
+    """Apply many `dispatch` transitions (pending -> assigned) at once and return the jobs
+    that moved, with their nodes loaded.
+
+    The same compare-and-swap as `job_transition`, with the expected state and attempt taken
+    from the decision instead of read first: one UPDATE per job, one INSERT for all events
+    and one SELECT for the results. A job that is no longer pending on that attempt is left
+    alone and is absent from the result. Call inside a transaction.
+    """
+    transition = TRANSITIONS["dispatch"]
+    now = timezone.now()
+    moved: list[Dispatch] = []
+    for d in dispatches:
+        updated = Job.objects.filter(
+            id=d.job_id, state__in=transition.sources, attempt=d.attempt
+        ).update(
+            state=transition.target,
+            state_reason=d.reason[:1000],
+            attempt=d.attempt + 1,
+            assigned_at=now,
+            node_id=d.node_id,
+            gpu_indices=list(d.gpu_indices),
+            queue_position=None,
+            eta=None,
+            updated_at=now,
+        )
+        if updated == 1:
+            moved.append(d)
+    JobEvent.objects.bulk_create(
+        JobEvent(
+            job_id=d.job_id,
+            from_state=S.PENDING,
+            to_state=transition.target,
+            attempt=d.attempt + 1,
+            reason=d.reason[:1000],
+            actor_kind=actor.kind,
+            actor=actor.name,
+        )
+        for d in moved
+    )
+    jobs = list(Job.objects.select_related("node").filter(id__in=[d.job_id for d in moved]))
+    for job in jobs:
+        job.previous_state = S.PENDING
+        job.previous_attempt = job.attempt - 1
+    return jobs
+
+
 def job_record_ignored(*, job_id: int, action: str, actor: Actor, attempt: int, why: str) -> None:
     """Record a report that was not applied (stale attempt, duplicate, or out of order)."""
     job = Job.objects.filter(id=job_id).values("state").first()

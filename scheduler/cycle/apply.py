@@ -3,8 +3,9 @@
 A decision is checked again against the database before it is applied: the node must
 still be up, the GPUs still free, and the job still on the attempt the snapshot read (the
 state machine fences on it). A decision whose preconditions changed is skipped, never
-forced; the next cycle decides again from fresh data. Each decision has its own savepoint,
-so one refusal undoes nothing else, and start/stop messages leave on commit.
+forced; the next cycle decides again from fresh data. Placements are applied in batches
+(one conditional UPDATE per job, one INSERT of their events); a job that moved meanwhile is
+simply not updated. Start and stop messages leave on commit.
 """
 
 from __future__ import annotations
@@ -16,14 +17,15 @@ from datetime import UTC, datetime
 from typing import TypeVar
 
 from django.db import connection, transaction
+from django.utils import timezone
 
 from fleet.errors import Conflict, NotFound
-from fleet.models import Job, JobState, Node
+from fleet.models import GpuRelease, Job, JobState, Node
 from fleet.models.jobs import ACTIVE_STATES
 from fleet.models.nodes import NodeState as NodeStatus
 from fleet.services import messaging
 from fleet.services.dispatch import send_start_on_commit
-from fleet.services.job_states import SCHEDULER, job_transition
+from fleet.services.job_states import SCHEDULER, Dispatch, job_dispatch_many, job_transition
 from fleet.services.jobs import stop_previous_attempt
 from scheduler.core.model import FULL_COMPUTE, GpuState, PendingJob, Place, Plan, Preempt
 from scheduler.cycle.snapshot import DbSnapshot
@@ -50,9 +52,10 @@ class _Occupancy:
 
     def __init__(self) -> None:
         self.used: dict[tuple[int, int], list[int]] = {}
-        rows = Job.objects.filter(state__in=ACTIVE_STATES).values_list(
-            "node_id", "gpu_indices", "gpus", "gpu_memory_mb", "gpu_compute_percent"
-        )
+        fields = ("node_id", "gpu_indices", "gpus", "gpu_memory_mb", "gpu_compute_percent")
+        rows = list(Job.objects.filter(state__in=ACTIVE_STATES).values_list(*fields))
+        # GPUs that stopping attempts still hold count as taken (fleet.services.releases).
+        rows += GpuRelease.objects.filter(expires_at__gt=timezone.now()).values_list(*fields)
         for node_id, indices, gpus, mem, comp in rows:
             for index in indices or ():
                 self.add(node_id, int(index), gpus, mem, comp)
@@ -77,7 +80,7 @@ class _Occupancy:
         return None
 
 
-def _place(
+def _check_place(
     snap: DbSnapshot,
     plan: Plan,
     place: Place,
@@ -85,8 +88,9 @@ def _place(
     up: set[str],
     occupancy: _Occupancy,
     gpus_by_node: dict[str, dict[int, GpuState]],
-) -> str | None:
-    """Dispatch one placement; None when applied, else why it was skipped."""
+) -> Dispatch | str:
+    """The dispatch for one placement, or why it must be skipped. A placement that passes
+    is counted on its GPUs at once, so later decisions of the same plan see it."""
     if job is None:
         return "the job was not pending in the snapshot"
     if place.node not in up:
@@ -100,31 +104,13 @@ def _place(
         why = occupancy.conflict(job, node_id, gpu)
         if why is not None:
             return f"{why} on {place.node}"
+    for index in place.gpu_indices:
+        occupancy.add(node_id, index, job.gpus, job.gpu_memory_mb, job.gpu_compute_percent)
     shown = ", ".join(str(i) for i in place.gpu_indices)
     reason = f"placed by policy {plan.policy} on {place.node} GPU {shown}"
     if place.reason:
         reason += f" ({place.reason})"
-    try:
-        # The state machine's own atomic block is this decision's savepoint.
-        fresh = job_transition(
-            job_id=job.id,
-            action="dispatch",
-            actor=SCHEDULER,
-            reason=reason,
-            attempt=snap.attempts[job.id],
-            fields={
-                "node_id": node_id,
-                "gpu_indices": list(place.gpu_indices),
-                "queue_position": None,
-                "eta": None,
-            },
-        )
-    except (Conflict, NotFound) as exc:
-        return f"the job changed since the snapshot ({exc.message})"
-    send_start_on_commit(fresh)
-    for index in place.gpu_indices:
-        occupancy.add(node_id, index, job.gpus, job.gpu_memory_mb, job.gpu_compute_percent)
-    return None
+    return Dispatch(job.id, snap.attempts[job.id], node_id, tuple(place.gpu_indices), reason)
 
 
 def _preempt(snap: DbSnapshot, preempt: Preempt) -> tuple[str, str | None]:
@@ -167,16 +153,28 @@ def apply_plan(snap: DbSnapshot, plan: Plan) -> Outcome:
     pending = {j.id: j for j in snap.core.pending}
     gpus_by_node = {n.name: {g.index: g for g in n.gpus} for n in snap.core.nodes}
     for batch in _batches(plan.places):
+        assert occupancy is not None
+        dispatches: list[Dispatch] = []
+        for place in batch:
+            checked = _check_place(
+                snap, plan, place, pending.get(place.job_id), up, occupancy, gpus_by_node
+            )
+            if isinstance(checked, str):
+                log.info("skipped placing job %s: %s", place.job_id, checked)
+                outcome.skipped[place.job_id] = f"placement on {place.node} skipped: {checked}"
+            else:
+                dispatches.append(checked)
         with transaction.atomic():
-            for place in batch:
-                assert occupancy is not None
-                job = pending.get(place.job_id)
-                why = _place(snap, plan, place, job, up, occupancy, gpus_by_node)
-                if why is None:
-                    outcome.placed.append(place.job_id)
-                else:
-                    log.info("skipped placing job %s: %s", place.job_id, why)
-                    outcome.skipped[place.job_id] = f"placement on {place.node} skipped: {why}"
+            for job in job_dispatch_many(dispatches=dispatches, actor=SCHEDULER):
+                send_start_on_commit(job)
+                outcome.placed.append(job.pk)
+        moved = set(outcome.placed)
+        for d in dispatches:
+            if d.job_id not in moved:
+                outcome.skipped[d.job_id] = (
+                    "placement skipped: the job changed since the snapshot "
+                    f"(it is no longer pending on attempt {d.attempt})"
+                )
     for victims in _batches(plan.preempts):
         with transaction.atomic():
             for preempt in victims:

@@ -128,3 +128,38 @@ def test_unknown_job_is_not_found() -> None:
 
     with pytest.raises(NotFound):
         job_transition(job_id=999999, action="hold", actor=SCHEDULER)
+
+
+def test_dispatch_many_moves_only_jobs_still_pending_on_the_decided_attempt() -> None:
+    from fleet.services.job_states import Dispatch, job_dispatch_many
+
+    fresh, held, stale = (
+        _job_in(JobState.PENDING),
+        _job_in(JobState.HELD),
+        _job_in(JobState.PENDING),
+    )
+    node = NodeFactory()
+    moved = job_dispatch_many(
+        dispatches=[
+            Dispatch(fresh.id, 1, node.id, (0, 1), "placed on n"),
+            Dispatch(held.id, 1, node.id, (2,), "placed on n"),
+            Dispatch(stale.id, 0, node.id, (3,), "placed on n"),  # decided on an old attempt
+        ],
+        actor=SCHEDULER,
+    )
+    assert [j.id for j in moved] == [fresh.id]
+    job = moved[0]
+    assert (job.state, job.attempt, job.node, job.gpu_indices) == ("assigned", 2, node, [0, 1])
+    assert job.assigned_at is not None
+    event = JobEvent.objects.get(job=fresh)
+    assert (event.from_state, event.to_state, event.attempt, event.reason) == (
+        "pending",
+        "assigned",
+        2,
+        "placed on n",
+    )
+    assert event.at is not None
+    for untouched, state in ((held, "held"), (stale, "pending")):
+        row = Job.objects.get(id=untouched.id)
+        assert (row.state, row.attempt) == (state, 1)
+        assert not JobEvent.objects.filter(job=untouched).exists()
