@@ -95,20 +95,20 @@ def _gang_sweep(
         if gpus is None:
             ok = cap.is_schedulable(node)
             gpus = gpus_of[node] = {g.index: g for g in cap.node_gpus(node)} if ok else {}
-        gpu = gpus.get(idx)
-        if gpu is None or not eligible(node, gpu):
+        held = gpus.get(idx)
+        if held is None or not eligible(node, held):
             continue
         mem, comp = cap.free_on(node, idx)
         end = now
         for occ in occs:
             if occ.gpus:
-                mem, comp = gpu.memory_mb, FULL_COMPUTE
+                mem, comp = held.memory_mb, FULL_COMPUTE
             else:
                 mem += occ.gpu_memory_mb or 0
                 comp += occ.gpu_compute_percent or 0
             end = max(end, occ.end)
-        if comp >= FULL_COMPUTE and mem >= gpu.memory_mb:
-            releases.append((end, node, idx, gpu.model, gpu.memory_mb))
+        if comp >= FULL_COMPUTE and mem >= held.memory_mb:
+            releases.append((end, node, idx, held.model, held.memory_mb))
     releases.sort()
     for when, node, idx, model, memory_mb in releases:
         indices = ready.setdefault((node, model, memory_mb), [])

@@ -43,7 +43,7 @@ from scheduler.sim.transform import prepare
 
 
 class SchedulingEnv(gym.Env):
-    metadata = {"render_modes": []}
+    metadata: dict[str, Any] = {"render_modes": []}
 
     def __init__(
         self,
@@ -94,7 +94,9 @@ class SchedulingEnv(gym.Env):
     def _obs(self) -> np.ndarray:
         assert self.state is not None
         self._head = queue_head(self.state, self.k)
-        obs = np.zeros(self.observation_space.shape, dtype=np.float32)
+        shape = self.observation_space.shape
+        assert shape is not None
+        obs = np.zeros(shape, dtype=np.float32)
         vec = observe(self.state, self._head)
         rows = len(self._head) * 5
         obs[:rows] = vec[:rows]

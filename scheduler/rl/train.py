@@ -21,6 +21,7 @@ def episode_return(env: SchedulingEnv, weights: tuple[float, ...], seed: int) ->
     env.reset(seed=seed)
     total, done = 0.0, False
     while not done:
+        assert env.state is not None
         pos = choose(env.state, env._head, weights)
         action = env.k if pos is None else pos
         _, reward, done, _, _ = env.step(action)

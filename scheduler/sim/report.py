@@ -69,7 +69,9 @@ def render_html(
     queue = go.Figure()
     for name, result in results.items():
         runs = [r for r in result.state.jobs.values() if r.state in FINISHED]
-        jct = np.array([r.finish - r.spec.submit for r in runs], dtype=float)
+        jct = np.array(
+            [r.finish - r.spec.submit for r in runs if r.finish is not None], dtype=float
+        )
         xs, ys = _cdf(jct)
         cdf.add_trace(go.Scatter(x=xs, y=ys, mode="lines", name=name))
         t, busy, q = _series(result)

@@ -95,24 +95,20 @@ def _generic(rows: list[dict[str, Any]], where: str) -> list[JobSpec]:
         except (KeyError, ValueError) as exc:
             raise ValueError(f"{where}: row {n}: needs submit, duration and gpus ({exc})")
         team = str(row.get("team") or "default")
-        limit = row.get("time_limit")
-        parsed.append(
-            (
-                submit,
-                dict(
-                    duration=duration,
-                    gpus=gpus,
-                    team=team,
-                    user=str(row.get("user") or team),
-                    name=str(row.get("name") or ""),
-                    time_limit=float(limit) if limit not in (None, "") else None,
-                    gpu_model=row.get("gpu_model") or None,
-                    gpu_memory_mb=_opt_int(row.get("gpu_memory_mb")),
-                    gpu_compute_percent=_opt_int(row.get("gpu_compute_percent")),
-                    priority=_opt_int(row.get("priority")) or 0,
-                ),
-            )
+        limit = row.get("time_limit") or None
+        fields: dict[str, Any] = dict(
+            duration=duration,
+            gpus=gpus,
+            team=team,
+            user=str(row.get("user") or team),
+            name=str(row.get("name") or ""),
+            time_limit=float(limit) if limit is not None else None,
+            gpu_model=row.get("gpu_model") or None,
+            gpu_memory_mb=_opt_int(row.get("gpu_memory_mb")),
+            gpu_compute_percent=_opt_int(row.get("gpu_compute_percent")),
+            priority=_opt_int(row.get("priority")) or 0,
         )
+        parsed.append((submit, fields))
     parsed.sort(key=lambda p: p[0])
     t0 = parsed[0][0] if parsed else 0.0
     return [JobSpec(id=i, submit=s - t0, **kw) for i, (s, kw) in enumerate(parsed, start=1)]
