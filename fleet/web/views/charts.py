@@ -95,7 +95,12 @@ def job_telemetry(request: HttpRequest, job_id: int) -> JsonResponse:
     except NotFound as error:
         raise Http404(error.message)
     if job.started_at is None:
-        return JsonResponse({"available": False, "message": "The job has not started yet."})
+        return JsonResponse(
+            {
+                "available": False,
+                "message": "Telemetry appears here once the job runs (charts refresh every 10 s).",
+            }
+        )
     if job.node is None:
         # A finished job no longer names its node when it went back to the queue.
         return JsonResponse({"available": False, "message": "No telemetry: the job holds no node."})
