@@ -143,6 +143,9 @@ class Snapshot:
     teams: Mapping[str, TeamState] = field(default_factory=lambda: MappingProxyType({}))
     # Policy parameters edited by admins (weights, half-life, preemption switches...).
     settings: Mapping[str, Any] = field(default_factory=lambda: MappingProxyType({}))
+    # Sizes (GPU-seconds) of recently finished jobs as equal-mass atoms, sorted
+    # (scheduler.core.service_distribution.summarize); () when unknown. Used by gittins.
+    service_distribution: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

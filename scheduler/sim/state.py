@@ -33,6 +33,7 @@ from scheduler.core.model import (
 from scheduler.core.usage import DEFAULT_HALF_LIFE
 from scheduler.sim.cluster import ClusterSpec
 from scheduler.sim.jobs import JobSpec
+from scheduler.sim.service import ServiceHistory
 from scheduler.sim.usage import TeamUsage
 
 
@@ -115,6 +116,7 @@ class SimState:
         self.preemptions = 0
         self.finished = 0
         self.events = 0  # batches of events processed; drivers may skip cycles without news
+        self.service = ServiceHistory()  # sizes of finished jobs, for gittins
 
     # -- clock and events ------------------------------------------------------------------
 
@@ -275,6 +277,7 @@ class SimState:
             priority=spec.priority,
             predicted_runtime=None if run.predicted is None else run.predicted + run.overhead,
             requeueable=self._requeueable(run),
+            attained_service=run.attained,
         )
         return None
 
@@ -327,6 +330,7 @@ class SimState:
         # Useful work of this attempt counts as used; only its restart overhead is lost.
         run.lost_gpu_seconds += run.overhead * spec.gpu_equivalent
         self.finished += 1
+        self.service.observe(spec.work * spec.gpu_equivalent)
         if self.predictor is not None:
             self.predictor.observe(spec, spec.work)
 
@@ -401,6 +405,7 @@ class SimState:
             pending=tuple(self.pending.values()),
             teams=self.usage.states(self.now),
             settings=self._settings,
+            service_distribution=self.service.atoms(),
         )
 
     def mark_unschedulable(self) -> int:
