@@ -3,7 +3,10 @@
 Recipe: drop jobs over 8 GPUs, sort by submit; windows of 2,000 consecutive jobs starting at
 jobs 0, 20,000 and 40,000; each shifted to start at 0 with arrivals scaled so the offered
 load (GPU-seconds / (GPUs x span)) is 70% of the cluster; time limits from the seeded
-over-asking model (median 2x); preemption costs a 60 s restart and loses progress.
+over-asking model (median 2x); preemption costs a 60 s restart of a checkpointed job (it
+resumes where it stopped, as Tiresias and Gandiva assume of DL jobs). The preemptive policies
+(--no-checkpoint, default las and gittins) also run once more with preemption losing all
+progress of the attempt, as extra rows named "NAME/no-ckpt" that never count as the best.
 Scenarios: 8x8 GPUs at 70%, 8x8 at 90%, 64x8 at 70% (load relative to that cluster).
 
     nice .venv/bin/python bench/bench_policy_quality.py            # everything (long)
@@ -18,12 +21,14 @@ import argparse
 import json
 import sys
 import time
+from dataclasses import replace
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from scheduler.sim.cluster import parse_cluster  # noqa: E402
+from scheduler.sim.metrics import ratios  # noqa: E402
 from scheduler.sim.runner import all_names, run_many  # noqa: E402
 from scheduler.sim.sources import load_philly  # noqa: E402
 from scheduler.sim.state import SimConfig  # noqa: E402
@@ -36,6 +41,7 @@ SCENARIOS = {
     "64x8@0.7": ("64x8xV100", 0.7),
 }
 REALISTIC_EXCLUDE = {"srpt-oracle"}
+NO_CKPT = "/no-ckpt"
 
 
 def main() -> None:
@@ -46,6 +52,17 @@ def main() -> None:
     p.add_argument("--scenarios", default=",".join(SCENARIOS))
     p.add_argument("--policies", default="all")
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--no-checkpoint",
+        default="las,gittins",
+        help="policies also run without checkpointing (extra rows); '' for none",
+    )
+    p.add_argument(
+        "--checkpointing",
+        choices=("on", "off"),
+        default="on",
+        help="whether preempted jobs keep their progress in the main rows (default on)",
+    )
     p.add_argument("--quick", action="store_true", help="first window only, 500 jobs, 8x8@0.7")
     p.add_argument("--json", help="also write all figures here")
     a = p.parse_args()
@@ -70,9 +87,21 @@ def main() -> None:
                 load=load,
                 seed=a.seed,
             )
-            config = SimConfig(cycle_interval=60.0, restart_overhead=60.0)
+            config = SimConfig(
+                cycle_interval=60.0, restart_overhead=60.0, checkpointing=a.checkpointing == "on"
+            )
             t1 = time.perf_counter()
             metrics, _ = run_many(names, jobs, cluster, config, seed=a.seed)
+            extra = [n for n in a.no_checkpoint.split(",") if n and n in names]
+            if extra and a.checkpointing == "on":
+                lossy = replace(config, checkpointing=False)
+                more, _ = run_many(extra, jobs, cluster, lossy, seed=a.seed)
+                for n, m in more.items():
+                    # srpt-oracle and fcfs never lose progress: the main rows are their refs.
+                    for ref, key in (("srpt-oracle", "vs_oracle"), ("fcfs", "vs_fcfs")):
+                        if "error" not in m and "error" not in metrics.get(ref, {"error": 1}):
+                            m[key] = ratios(m, metrics[ref])
+                    metrics[n + NO_CKPT] = m
             key = f"{scen} window {start}"
             everything[key] = metrics
             print(
@@ -81,24 +110,24 @@ def main() -> None:
                 f"({time.perf_counter() - t1:.0f} s)"
             )
             print(
-                f"{'policy':<12}{'avg JCT':>11}{'p99 JCT':>11}{'avg wait':>10}{'util':>6}"
+                f"{'policy':<16}{'avg JCT':>11}{'p99 JCT':>11}{'avg wait':>10}{'util':>6}"
                 f"{'preempt':>8}{'jain':>6}{'/fcfs':>7}{'/oracle':>8}{'pred err':>9}{'wall s':>7}"
             )
             for name, m in metrics.items():
                 if "error" in m:
-                    print(f"{name:<12} error: {m['error']}")
+                    print(f"{name:<16} error: {m['error']}")
                     continue
                 vf = (m.get("vs_fcfs") or {}).get("jct_avg")
                 vo = (m.get("vs_oracle") or {}).get("jct_avg")
                 pe = m.get("prediction_mare")
                 print(
-                    f"{name:<12}{m['jct_avg']:>11,.0f}{m['jct_p99']:>11,.0f}"
+                    f"{name:<16}{m['jct_avg']:>11,.0f}{m['jct_p99']:>11,.0f}"
                     f"{m['queue_avg']:>10,.0f}{m['utilization']:>6.2f}{m['preemptions']:>8}"
                     f"{m['jain_slowdown']:>6.2f}{vf or 0:>7.3f}{vo or 0:>8.3f}"
                     f"{(pe if pe is not None else float('nan')):>9.2f}{m['wall_seconds']:>7.1f}"
                 )
             ok = {n: m for n, m in metrics.items() if "error" not in m}
-            real = {n: m for n, m in ok.items() if n not in REALISTIC_EXCLUDE}
+            real = {n: m for n, m in ok.items() if n not in REALISTIC_EXCLUDE and NO_CKPT not in n}
             if real and "srpt-oracle" in ok and "fcfs" in ok:
                 best = min(real, key=lambda n: real[n]["jct_avg"])
                 r_or = real[best]["jct_avg"] / ok["srpt-oracle"]["jct_avg"]

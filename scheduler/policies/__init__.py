@@ -26,6 +26,7 @@ POLICIES: dict[str, str] = {
     "fairshare": "scheduler.policies.fairshare:FairsharePolicy",
     "backfill": "scheduler.policies.backfill:BackfillPolicy",
     "las": "scheduler.policies.las:LasPolicy",
+    "gittins": "scheduler.policies.gittins:GittinsPolicy",
     "greedy": "scheduler.policies.packing.greedy:GreedyPolicy",
     "ilp": "scheduler.policies.packing.ilp:IlpPolicy",
     "genetic": "scheduler.policies.packing.genetic:GeneticPolicy",

@@ -1,0 +1,164 @@
+"""The Gittins-index policy: the index itself, queue order, preemption hysteresis."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import replace
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from scheduler.core.model import Snapshot
+from scheduler.core.service_distribution import ServiceDistribution, bucket, summarize
+from scheduler.policies import get_policy
+from tests.scheduler.core.builders import job, node, running, snap
+from tests.scheduler.invariants import assert_plan_valid
+from tests.scheduler.policies.strategies import snapshots
+
+# Sizes spread over five orders of magnitude (GPU-seconds): a heavy tail.
+HEAVY = tuple(60.0 * 10**k for k in range(5) for _ in range(4))
+
+
+# -- the index ---------------------------------------------------------------------------------
+
+
+def test_index_on_a_hand_computed_distribution() -> None:
+    dist = ServiceDistribution([2.0, 4.0, 12.0])
+    # From 0: quantum 2 -> 1/3 finish, work (2 + 2 + 2)/3 -> ratio 1/6; quantum 4 -> 2/3 finish,
+    # work (2 + 4 + 4)/3 -> 2/10; quantum 12 -> 3/18. The best quantum is 4.
+    assert dist.index(0.0) == pytest.approx(0.2)
+    # After 3: left are 1 and 9 -> quantum 1: (1/2) / ((1 + 1)/2) = 0.5.
+    assert dist.index(3.0) == pytest.approx(0.5)
+    # After 5 with a cap of 6 (its limit): the 12 moves to 6, one second left for sure.
+    assert dist.index(5.0, cap=6.0) == pytest.approx(1.0)
+    # Past every atom, no cap: it is assumed to need as much again.
+    assert dist.index(20.0) == pytest.approx(1 / 20)
+    assert dist.index(20.0, cap=30.0) == pytest.approx(1 / 10)
+
+
+def test_the_cap_raises_the_index_of_jobs_close_to_their_limit() -> None:
+    dist = ServiceDistribution(HEAVY)
+    free = dist.index(600.0)
+    capped = dist.index(600.0, cap=700.0)
+    assert capped == pytest.approx(1 / 100)
+    assert capped > free
+
+
+def test_heavy_tail_index_falls_with_attained_service() -> None:
+    dist = ServiceDistribution(HEAVY)
+    values = [dist.index(a) for a in (0.0, 100.0, 1000.0, 10_000.0, 100_000.0)]
+    assert values == sorted(values, reverse=True)
+    assert values[0] > 10 * values[-1]
+
+
+def test_summarize_keeps_the_mean_of_each_group() -> None:
+    assert summarize(range(1, 41), points=4) == (5.5, 15.5, 25.5, 35.5)
+    assert summarize(range(1, 10)) == ()  # too few to learn from
+    assert summarize([0.0, -1.0, math.nan] + [5.0] * 20, points=2) == (5.0, 5.0)
+
+
+def test_bucket_is_a_geometric_grid() -> None:
+    assert bucket(10.0) == 0.0
+    assert bucket(1024.0) == 1024.0
+    assert 1024.0 <= bucket(1200.0) < 1200.0
+    assert bucket(1200.0) == bucket(1210.0)
+
+
+# -- the policy --------------------------------------------------------------------------------
+
+
+def _snap(pending=(), running_jobs=(), nodes=None, now=10_000.0, **settings_kw) -> Snapshot:
+    base = snap(nodes or [node("n1", 1)], pending, running_jobs, settings=settings_kw, now=now)
+    return replace(base, service_distribution=HEAVY)
+
+
+def test_order_prefers_less_attained_service_under_a_heavy_tail() -> None:
+    old = job(1, submitted=0.0, limit=1e9, attained_service=50_000.0)
+    new = job(2, submitted=5_000.0, limit=1e9)
+    plan = get_policy("gittins").schedule(_snap([old, new]))
+    assert plan.order == (2, 1)
+    assert [p.job_id for p in plan.places] == [2]
+
+
+def test_ties_go_in_submit_order() -> None:
+    plan = get_policy("gittins").schedule(_snap([job(5, submitted=9.0), job(4, submitted=3.0)]))
+    assert plan.order == (4, 5)
+
+
+def _long_runner(started: float) -> object:
+    # 20 GPU-hours attained before this attempt: deep in the tail.
+    return running(9, "n1", (0,), started=started, limit=1e9, attained_service=72_000.0)
+
+
+def test_preempts_a_long_runner_after_its_minimum_slice() -> None:
+    plan = get_policy("gittins").schedule(_snap([job(1, limit=1e9)], [_long_runner(9_000.0)]))
+    assert [p.job_id for p in plan.preempts] == [9]
+    assert "Gittins index" in plan.preempts[0].reason
+
+
+def test_no_preemption_within_the_minimum_slice() -> None:
+    plan = get_policy("gittins").schedule(_snap([job(1, limit=1e9)], [_long_runner(9_900.0)]))
+    assert plan.preempts == ()
+    shorter = get_policy("gittins", min_slice=60.0).schedule(
+        _snap([job(1, limit=1e9)], [_long_runner(9_900.0)])
+    )
+    assert [p.job_id for p in shorter.preempts] == [9]
+
+
+def test_no_preemption_without_the_margin() -> None:
+    # A runner and a waiting job that attained as much have the same index: no preemption.
+    runner = running(9, "n1", (0,), started=9_000.0, limit=1e9)
+    waiting = job(1, limit=1e9, attained_service=1_000.0)
+    plan = get_policy("gittins").schedule(_snap([waiting], [runner]))
+    assert plan.preempts == ()
+    # A margin larger than the gap between the two indices keeps the long runner too.
+    dist = ServiceDistribution(HEAVY)
+    gap = dist.index(0.0) / dist.index(bucket(72_000.0 + 1_000.0))
+    wide = get_policy("gittins", margin=gap).schedule(
+        _snap([job(1, limit=1e9)], [_long_runner(9_000.0)])
+    )
+    assert wide.preempts == ()
+    assert (
+        get_policy("gittins")
+        .schedule(_snap([job(1, limit=1e9)], [_long_runner(9_000.0)], gittins_preemption=False))
+        .preempts
+        == ()
+    )
+
+
+def test_without_history_it_is_least_attained_service() -> None:
+    base = snap(
+        [node("n1", 1)],
+        [job(1, submitted=0.0, attained_service=10_000.0), job(2, submitted=50.0)],
+    )
+    plan = get_policy("gittins").schedule(base)
+    assert plan.order == (2, 1)
+    assert any("no size history" in n for n in plan.notes)
+
+
+def test_same_snapshot_same_plan() -> None:
+    s = _snap(
+        [
+            job(i, submitted=float(i), limit=600.0 * i, attained_service=100.0 * (i % 3))
+            for i in range(1, 9)
+        ],
+        [_long_runner(9_000.0)],
+        nodes=[node("n1", 2), node("n2", 2)],
+    )
+    first = get_policy("gittins").schedule(s)
+    policy = get_policy("gittins")
+    assert policy.schedule(s) == first
+    assert policy.schedule(s) == first
+
+
+@settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@given(
+    snapshot=snapshots(),
+    atoms=st.lists(st.floats(1.0, 1e7), min_size=1, max_size=30),
+)
+def test_plan_keeps_invariants_with_a_distribution(snapshot: Snapshot, atoms: list[float]) -> None:
+    s = replace(snapshot, service_distribution=tuple(sorted(atoms)))
+    plan = get_policy("gittins").schedule(s)
+    assert plan.policy == "gittins"
+    assert_plan_valid(s, plan)
