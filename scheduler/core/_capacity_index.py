@@ -24,6 +24,7 @@ class _Node:
         "mem",
         "comp",
         "whole",
+        "version",
     )
 
     def __init__(self, state: NodeState, pos: int) -> None:
@@ -37,6 +38,8 @@ class _Node:
         self.comp = [max(0, min(g.free_compute_percent, FULL_COMPUTE)) for g in state.gpus]
         # Positions of wholly free GPUs per kind, ascending.
         self.whole: dict[Kind, list[int]] = {}
+        # Bumped on every change of this node's free capacity.
+        self.version = 0
 
 
 class _KindIndex:

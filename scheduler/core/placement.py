@@ -52,6 +52,7 @@ class FreeCapacity:
         self._kinds = {k: _KindIndex(k[0], k[1], m) for k, m in per_node.items()}
         self._eligible_cache: dict[tuple[str | None, int], list[_KindIndex]] = {}
         self._fails: set[tuple[Any, ...]] = set()
+        self._roomiest: dict[tuple[Any, ...], tuple[int, Any]] = {}
         self.version = 0
         for node in self._nodes:
             if not node.schedulable:
@@ -91,9 +92,15 @@ class FreeCapacity:
             return False
         return True
 
-    def _eligible_kinds(self, job: Any) -> list[_KindIndex]:
+    @staticmethod
+    def _kinds_key(job: Any) -> tuple[str | None, int]:
+        """What decides which GPU kinds a job may use: its model and memory needs."""
         need = max(job.min_gpu_memory_mb or 0, 0 if job.gpus else job.gpu_memory_mb or 0)
-        key = (job.gpu_model, need)
+        return (job.gpu_model, need)
+
+    def _eligible_kinds(self, job: Any) -> list[_KindIndex]:
+        key = self._kinds_key(job)
+        need = key[1]
         kinds = self._eligible_cache.get(key)
         if kinds is None:
             kinds = [
@@ -280,7 +287,15 @@ class FreeCapacity:
     def most_free_fraction(self, job: Any) -> tuple[int, int, str, int] | None:
         """(free MB, free compute %, node, gpu index) of the roomiest GPU this fraction may
         use: a wholly free one if any, else the partly used one with the most compute."""
-        kinds = self._eligible_kinds(job)
+        key = self._kinds_key(job)
+        cached = self._roomiest.get(key)
+        if cached is not None and cached[0] == self.version:
+            return cached[1]
+        found = self._most_free_fraction(self._eligible_kinds(job))
+        self._roomiest[key] = (self.version, found)
+        return found
+
+    def _most_free_fraction(self, kinds: list[_KindIndex]) -> tuple[int, int, str, int] | None:
         for ki in kinds:
             if ki.bmask:
                 node = self._nodes[next(iter(ki.buckets[ki.bmask.bit_length() - 1]))]
@@ -302,6 +317,14 @@ class FreeCapacity:
         for job in jobs:
             seen.setdefault(self.shape(job), job)
         return {shape for shape, job in seen.items() if self.best_fit(job) is not None}
+
+    def has_partial(self) -> bool:
+        """Whether some schedulable GPU is partly used and still has room."""
+        return any(ki.pmask for ki in self._kinds.values())
+
+    def node_version(self, node: str) -> int:
+        """A counter that changes whenever the node's free capacity changes."""
+        return self._by_name[node].version
 
     def free_gpus_total(self) -> int:
         """Wholly free GPUs on schedulable nodes."""
@@ -379,6 +402,7 @@ class FreeCapacity:
         old_mem, old_comp = n.mem[p], n.comp[p]
         n.mem[p], n.comp[p] = mem, comp
         self.version += 1
+        n.version += 1
         if not n.schedulable:
             return
         kind = n.kind_of[p]

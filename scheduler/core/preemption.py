@@ -55,12 +55,25 @@ def choose_victims(
     `max_nodes` nodes, which keeps a cycle bounded on large fleets.
     """
     by_node: dict[str, list[RunningJob]] = {}
+    least: dict[str, float] = {}  # per node, the least work one of its victims would lose
+    schedulable: dict[str, bool] = {}
     for victim in allowed:
-        if cap.is_schedulable(victim.node):
-            by_node.setdefault(victim.node, []).append(victim)
-    ranked = []
-    for node, victims in by_node.items():
-        ranked.append((min(lost_work(v, now) for v in victims), node, victims))
+        node = victim.node
+        ok = schedulable.get(node)
+        if ok is None:
+            ok = schedulable[node] = cap.is_schedulable(node)
+        if not ok:
+            continue
+        lost = lost_work(victim, now)
+        on_node = by_node.get(node)
+        if on_node is None:
+            by_node[node] = [victim]
+            least[node] = lost
+        else:
+            on_node.append(victim)
+            if lost < least[node]:
+                least[node] = lost
+    ranked = [(least[node], node, victims) for node, victims in by_node.items()]
     ranked.sort(key=lambda item: (item[0], item[1]))
     best: Victims | None = None
     visited = 0

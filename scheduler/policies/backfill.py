@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from scheduler.core.model import PendingJob, Plan, Snapshot
-from scheduler.policies.base import Cycle
+from scheduler.policies.base import Cycle, cycle_may_preempt
 from scheduler.policies.priority import priority_order
 
 
@@ -23,6 +26,13 @@ class BackfillPolicy:
     name = "backfill"
     blocking = False
 
+    # For drivers that skip cycles (the simulator): the order moves with the clock (age,
+    # decayed usage), so a cycle without news may still decide differently.
+    time_dependent = True
+
+    def may_preempt(self, settings: Mapping[str, Any], guarantees: bool) -> bool:
+        return cycle_may_preempt(settings, guarantees)
+
     def __init__(self, **params: object) -> None:
         self.params = params
 
@@ -40,6 +50,5 @@ class BackfillPolicy:
             reserve_with_predictions=bool(s.get("backfill_use_predictions", False)),
             preempt=bool(s.get("preemption", True)),
         )
-        for job in self.order(snapshot):
-            cycle.consider(job)
+        cycle.consider_all(self.order(snapshot))
         return cycle.plan()

@@ -15,7 +15,9 @@ A policy is then mostly an order plus flags:
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from functools import lru_cache
+from itertools import accumulate
 from typing import Any
 
 from scheduler.core.admission import FleetProfile
@@ -53,22 +55,53 @@ def duration(seconds: float) -> str:
 class _Held:
     """A reservation, with the free parts of its GPUs booked so long jobs go elsewhere."""
 
-    def __init__(self, job_id: int, node: str, start: float, gpu_indices: tuple[int, ...]):
+    def __init__(
+        self,
+        job_id: int,
+        node: str,
+        start: float,
+        gpu_indices: tuple[int, ...],
+        *,
+        cache: bool = True,
+    ):
         self.job_id, self.node, self.start, self.gpu_indices = job_id, node, start, gpu_indices
+        self.cache = cache
         self.amounts: dict[int, tuple[int, int]] = {}
+        # Request shapes that found no room on the reserved node, valid while the node's
+        # capacity stays as it was after the last hold (its version).
+        self._fails: set[tuple[Any, ...]] = set()
+        self._version = -1
 
     def hold(self, cap: FreeCapacity) -> None:
         self.amounts = {i: cap.hold(self.node, i) for i in self.gpu_indices}
 
+    def empty(self) -> bool:
+        """Whether the reserved GPUs had nothing free to hold."""
+        return not any(mem or comp for mem, comp in self.amounts.values())
+
     def fit_inside(self, cap: FreeCapacity, job: Any) -> Choice | None:
         """Place a job that ends before the reservation on the reserved node (GPUs included)."""
+        shape = FreeCapacity.shape(job)
+        if cap.node_version(self.node) != self._version:
+            self._fails.clear()
+        elif shape in self._fails:
+            return None
         for i, amount in self.amounts.items():
             cap.unhold(self.node, i, amount)
         choice = cap.best_fit_on(job, self.node)
         if choice is not None:
             cap.take(job, *choice)
         self.hold(cap)
+        if choice is None and self.cache:
+            self._fails.add(shape)
+            self._version = cap.node_version(self.node)
         return choice
+
+
+@lru_cache(maxsize=1 << 16)
+def _quiet_wait(job_id: int) -> Wait:
+    """A Wait without a sentence (settings "explain" false); frozen, so shared."""
+    return Wait(job_id, "")
 
 
 class Cycle:
@@ -116,6 +149,12 @@ class Cycle:
         self._reclaim_on = bool(self.settings.get("preemption", True))
         self._qos_on = bool(self.settings.get("qos_preemption", False))
         self._max_preempts = int(self.settings.get("max_preemptions_per_cycle", 32))
+        # settings["explain"] false (the simulator): waits carry no sentence, which saves
+        # building one per waiting job; decisions are the same.
+        self.explain = bool(self.settings.get("explain", True))
+        # settings["fast_paths"] false: no shortcuts (the reference the tests and benches
+        # compare the shortcuts against).
+        self.fast = bool(self.settings.get("fast_paths", True))
 
     # -- walking the queue -------------------------------------------------------------
 
@@ -146,6 +185,83 @@ class Cycle:
             return True
         self._on_no_room(job)
         return False
+
+    def consider_all(self, jobs: Sequence[PendingJob]) -> None:
+        """`consider` each job in order. Once no later job can start, preempt or reserve
+        (nothing free fits the smallest of them, nothing can use the reservation before it
+        starts, no preemption rule can apply), the rest only wait: they are recorded at
+        once, with the same waits `consider` would give them."""
+        jobs = list(jobs)
+        may_settle = self.fast and self._may_settle()
+        rest: _Rest | None = None
+        checked = -1
+        for i, job in enumerate(jobs):
+            self.consider(job)
+            if not may_settle or (self.cap.version == checked and i & 63):
+                continue
+            checked = self.cap.version
+            if i + 1 < len(jobs) and self._settled_now():
+                rest = rest or _Rest(jobs)
+                if self._settled_for(rest, i + 1):
+                    self._wait_rest(jobs[i + 1 :])
+                    return
+
+    def _may_settle(self) -> bool:
+        """Whether no preemption rule can apply to any pending job in this cycle."""
+        if not self.preempt or self._blocked_by is not None:
+            return True
+        if self._qos_on or self.victim_rule is not None:
+            return False
+        if not self._reclaim_on:
+            return True
+        # Reclaiming needs a team within its guarantee: none has one, and every job needs
+        # some GPU share, so no team stays within zero.
+        if any(t.guaranteed_gpus > 0 for t in self.snapshot.teams.values()):
+            return False
+        return all(j.gpu_equivalent > 1e-6 for j in self.snapshot.pending)
+
+    def _settled_now(self) -> bool:
+        """Cheap part of the test: blocked, or a reservation made (or none wanted)."""
+        if self._blocked_by is not None:
+            return True
+        return self._reservation is not None or not (
+            callable(self.reserve_rule) or self.reserve_rule
+        )
+
+    def _settled_for(self, rest: _Rest, i: int) -> bool:
+        """Whether no job from position i on can start now (given `_settled_now`)."""
+        if self._blocked_by is not None:
+            return True
+        largest, _ = self.cap.largest_free_block()
+        if largest >= rest.need[i] or (rest.fraction[i] and self.cap.has_partial()):
+            return False
+        held = self._reservation
+        return held is None or held.empty() or self.now + rest.limit[i] > held.start
+
+    def _wait_rest(self, jobs: list[PendingJob]) -> None:
+        seen = self._seen
+        if not self.explain and (self._blocked_by is not None or not self.blocking):
+            ids = [j.id for j in jobs]
+            if seen.isdisjoint(ids) and len(set(ids)) == len(ids):
+                seen.update(ids)
+                self.order.extend(ids)
+                return
+        check = self.quota.check
+        for job in jobs:
+            if job.id in seen:
+                continue
+            seen.add(job.id)
+            self.order.append(job.id)
+            if self._blocked_by is not None:
+                self._waits[job.id] = (job, "blocked", self._blocked_by)
+                continue
+            limit = check(job)
+            if limit is not None:
+                self._waits[job.id] = (job, "quota", limit)
+                continue
+            self._waits[job.id] = (job, "resources", None)
+            if self.blocking:
+                self._blocked_by = job.id
 
     def _book(self, job: PendingJob, choice: Choice, reason: str) -> None:
         node, indices = choice
@@ -186,7 +302,7 @@ class Cycle:
         node, start, indices = found
         reservation = Reserve(job.id, node, start, indices)
         self.reserves.append(reservation)
-        self._reservation = _Held(job.id, node, start, indices)
+        self._reservation = _Held(job.id, node, start, indices, cache=self.fast)
         self._reservation.hold(self.cap)
         self._waits[job.id] = (job, "reserved", reservation)
         return reservation
@@ -259,11 +375,21 @@ class Cycle:
                 self.wait(job, f"not considered by policy {self.policy}")
         reasons: dict[tuple[Any, ...], str] = {}
         waits = []
-        for job_id in self.order:
-            if job_id in placed:
-                continue
-            job, kind, detail = self._waits[job_id]
-            waits.append(self._wait_for(job, kind, detail, reasons))
+        if self.explain:
+            for job_id in self.order:
+                if job_id in placed:
+                    continue
+                job, kind, detail = self._waits[job_id]
+                waits.append(self._wait_for(job, kind, detail, reasons))
+        else:
+            for job_id in self.order:
+                if job_id in placed:
+                    continue
+                entry = self._waits.get(job_id)
+                if entry is not None and entry[1] == "reserved":
+                    waits.append(Wait(job_id, "", eta=entry[2].start))
+                else:
+                    waits.append(_quiet_wait(job_id))
         return Plan(
             policy=self.policy,
             places=tuple(self.places),
@@ -310,11 +436,34 @@ class Cycle:
         text = self._room(job, cache)
         held = self._reservation
         if held is not None and job.id != held.job_id and not text.startswith("can never"):
-            text += (
-                f"; GPUs on {held.node} are reserved for job {held.job_id} from "
-                f"{duration(held.start - self.now)} from now"
-            )
+            suffix = cache.get(("held",))
+            if suffix is None:
+                suffix = cache[("held",)] = (
+                    f"; GPUs on {held.node} are reserved for job {held.job_id} from "
+                    f"{duration(held.start - self.now)} from now"
+                )
+            text += suffix
         return Wait(job.id, text)
+
+
+class _Rest:
+    """Per position in a queue, what the jobs from there on need at least: whole GPUs
+    (a fraction counts one), time limit, and whether any is a fraction."""
+
+    def __init__(self, jobs: list[PendingJob]) -> None:
+        self.need = list(accumulate(reversed([j.gpus or 1 for j in jobs]), min))[::-1]
+        self.limit = list(accumulate(reversed([j.time_limit for j in jobs]), min))[::-1]
+        fractions = [not j.gpus for j in jobs]
+        self.fraction = list(accumulate(reversed(fractions), bool.__or__))[::-1]
+
+
+def cycle_may_preempt(settings: Mapping[str, Any], guarantees: bool) -> bool:
+    """Whether a Cycle with the policy's "preemption" flag could preempt at all under these
+    settings: a team within its guarantee reclaims (needs `guarantees`: some team has
+    one, or some job asks for no GPU share), or a higher QoS preempts a lower one."""
+    if not settings.get("preemption", True):
+        return False
+    return guarantees or bool(settings.get("qos_preemption", False))
 
 
 def run_ordered(
@@ -322,6 +471,5 @@ def run_ordered(
 ) -> Plan:
     """Consider the jobs in this order with the given Cycle flags and return the plan."""
     cycle = Cycle(snapshot, policy, **flags)
-    for job in ordered:
-        cycle.consider(job)
+    cycle.consider_all(list(ordered))
     return cycle.plan()

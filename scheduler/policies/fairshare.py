@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import heapq
+from collections.abc import Mapping
+from typing import Any
 
 from scheduler.core.model import PendingJob, Plan, Snapshot
-from scheduler.policies.base import Cycle
+from scheduler.policies.base import Cycle, cycle_may_preempt
 
 
 class FairsharePolicy:
@@ -26,6 +28,13 @@ class FairsharePolicy:
 
     name = "fairshare"
     blocking = False
+
+    # For drivers that skip cycles (the simulator): the order moves with the clock (age,
+    # decayed usage), so a cycle without news may still decide differently.
+    time_dependent = True
+
+    def may_preempt(self, settings: Mapping[str, Any], guarantees: bool) -> bool:
+        return cycle_may_preempt(settings, guarantees)
 
     def __init__(self, **params: object) -> None:
         self.params = params

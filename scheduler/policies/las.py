@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from scheduler.core.model import PendingJob, Plan, RunningJob, Snapshot
-from scheduler.policies.base import Cycle
+from scheduler.policies.base import Cycle, cycle_may_preempt
 
 # GPU-seconds of attained service at which a job drops to the next queue: 1, 10, 100 GPU-hours.
 DEFAULT_THRESHOLDS = (3600.0, 36000.0, 360000.0)
@@ -27,6 +28,14 @@ class LasPolicy:
 
     name = "las"
     blocking = False
+    # For drivers that skip cycles (the simulator): running jobs' attained service grows
+    # with the clock, which moves them between queues.
+    time_dependent = True
+
+    def may_preempt(self, settings: Mapping[str, Any], guarantees: bool) -> bool:
+        if settings.get("las_preemption", True) or settings.get("qos_preemption", False):
+            return True
+        return cycle_may_preempt(settings, guarantees)
 
     def __init__(self, thresholds: Sequence[float] | None = None, **params: object) -> None:
         self.thresholds = tuple(thresholds) if thresholds is not None else None
@@ -73,6 +82,5 @@ class LasPolicy:
             victim_rule=victim_rule if preempt else None,
             rule_key=pending_queue,
         )
-        for job in self.order(snapshot):
-            cycle.consider(job)
+        cycle.consider_all(self.order(snapshot))
         return cycle.plan()

@@ -26,9 +26,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from scheduler.core.model import PendingJob, Plan, Snapshot
+import numpy as np
+
+from scheduler.core.model import FULL_COMPUTE, PendingJob, Plan, Snapshot
 from scheduler.core.preemption import QOS_RANKS_DEFAULT
-from scheduler.policies.base import Cycle
+from scheduler.policies.base import Cycle, cycle_may_preempt
 
 DEFAULTS: Mapping[str, Any] = {
     "priority_weight_age": 1000.0,
@@ -105,9 +107,55 @@ def priority_scores(snapshot: Snapshot) -> dict[int, float]:
     return scores
 
 
+def priority_score_array(snapshot: Snapshot) -> np.ndarray:
+    """`priority_scores` as an array aligned with `snapshot.pending`, computed with numpy in
+    the same order of float operations, so every score is bit-for-bit the same."""
+    s = snapshot.settings
+    pending = snapshot.pending
+    n = len(pending)
+    w_age = float(setting(s, "priority_weight_age"))
+    w_fs = float(setting(s, "priority_weight_fairshare"))
+    w_team = float(setting(s, "priority_weight_team"))
+    w_qos = float(setting(s, "priority_weight_qos"))
+    w_size = float(setting(s, "priority_weight_size"))
+    w_job = float(setting(s, "priority_weight_job"))
+    max_age = max(float(setting(s, "priority_max_age")), 1.0)
+    ranks = s.get("qos_ranks") or QOS_RANKS_DEFAULT
+    top_rank = max(max(ranks.values()), 1)
+    team_weights = {t: ts.priority_weight for t, ts in snapshot.teams.items()}
+    top_team = max([1e-9, *team_weights.values()])
+    largest_node = max([1, *(len(nd.gpus) for nd in snapshot.nodes)])
+    team_part = {
+        t: w_fs * fs + w_team * team_weights.get(t, 1.0) / top_team
+        for t, fs in fairshare_factors(snapshot).items()
+    }
+    qos_part = {q: w_qos * r / top_rank for q, r in ranks.items()}
+    qos_default = w_qos * ranks.get("normal", 0) / top_rank
+    submitted = np.fromiter([j.submitted_at for j in pending], float, n)
+    gpus = np.fromiter([j.gpus for j in pending], float, n)
+    compute = np.fromiter([j.gpu_compute_percent or 0 for j in pending], float, n)
+    teams = np.fromiter([team_part[j.team] for j in pending], float, n)
+    qos = np.fromiter([qos_part.get(j.qos, qos_default) for j in pending], float, n)
+    nice = np.fromiter([j.priority for j in pending], float, n)
+    age = np.minimum(np.maximum(snapshot.now - submitted, 0.0), max_age) / max_age
+    equivalent = np.where(gpus > 0, gpus, compute / FULL_COMPUTE)
+    size = np.minimum(equivalent / largest_node, 1.0)
+    if bool(setting(s, "priority_favor_small")):
+        size = 1.0 - size
+    return w_age * age + teams + qos + w_size * size + w_job * nice
+
+
 def priority_order(snapshot: Snapshot) -> list[PendingJob]:
-    scores = priority_scores(snapshot)
-    return sorted(snapshot.pending, key=lambda j: (-scores[j.id], j.submitted_at, j.id))
+    """Pending jobs by score (highest first), then submit time, then id."""
+    pending = snapshot.pending
+    if not snapshot.settings.get("fast_paths", True):
+        scores = priority_scores(snapshot)
+        return sorted(pending, key=lambda j: (-scores[j.id], j.submitted_at, j.id))
+    n = len(pending)
+    ids = np.fromiter([j.id for j in pending], np.int64, n)
+    submitted = np.fromiter([j.submitted_at for j in pending], float, n)
+    ranked = np.lexsort((ids, submitted, -priority_score_array(snapshot)))
+    return [pending[k] for k in ranked.tolist()]
 
 
 class PriorityPolicy:
@@ -122,6 +170,13 @@ class PriorityPolicy:
 
     name = "priority"
     blocking = False
+
+    # For drivers that skip cycles (the simulator): the order moves with the clock (age,
+    # decayed usage), so a cycle without news may still decide differently.
+    time_dependent = True
+
+    def may_preempt(self, settings: Mapping[str, Any], guarantees: bool) -> bool:
+        return cycle_may_preempt(settings, guarantees)
 
     def __init__(self, **params: object) -> None:
         self.params = params
@@ -146,6 +201,5 @@ class PriorityPolicy:
             reserve_with_predictions=bool(s.get("backfill_use_predictions", False)),
             preempt=bool(s.get("preemption", True)),
         )
-        for job in self.order(snapshot):
-            cycle.consider(job)
+        cycle.consider_all(self.order(snapshot))
         return cycle.plan()

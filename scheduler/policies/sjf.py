@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+from typing import Any
+
 from scheduler.core.model import Plan, Snapshot
-from scheduler.policies.base import run_ordered
+from scheduler.policies.base import cycle_may_preempt, run_ordered
 
 
 class SjfPolicy:
@@ -17,6 +20,13 @@ class SjfPolicy:
 
     name = "sjf"
     blocking = False
+
+    # For drivers that skip cycles (the simulator): decisions depend on the clock only
+    # through preemption, and preemption needs `may_preempt`.
+    time_dependent = False
+
+    def may_preempt(self, settings: Mapping[str, Any], guarantees: bool) -> bool:
+        return cycle_may_preempt(settings, guarantees)
 
     def __init__(self, **params: object) -> None:
         self.params = params

@@ -6,6 +6,10 @@ Timer cycles that follow no event and decide nothing back off (2x, 4x... up to
 `cycle_backoff` x the interval) until the next event or decision: in a long saturated stretch
 a policy is asked again only every few minutes of simulated time instead of every minute,
 which keeps replays of huge queues affordable. `cycle_backoff=1` turns this off.
+Cycles that cannot decide anything are not run at all where that is exact for the policy
+(`skip_rules`: nothing fits and the policy cannot preempt; or no news and its decisions do
+not depend on the clock), so skipping never changes a run; `SimConfig.skip_exact=False`
+runs them anyway. Plans carry no wait sentences (`SimConfig.explain`).
 A production policy is driven exactly as the control worker drives it: build a `Snapshot`,
 call `policy.schedule(snapshot)`, apply the plan's preemptions then its placements; a decision
 whose precondition no longer holds is skipped and counted, never forced.
@@ -44,6 +48,8 @@ class PolicyDriver:
     def __init__(self, policy: Any):
         self.policy = policy
         self.name = getattr(policy, "name", type(policy).__name__)
+        # A policy without these attributes is assumed to use the clock and to preempt.
+        self.time_dependent = bool(getattr(policy, "time_dependent", True))
         self.policy_seconds = 0.0
         self.cycles = 0
         self.notes: dict[str, int] = {}
@@ -61,6 +67,33 @@ class PolicyDriver:
 
     def cycle(self, state: SimState) -> int:
         return apply_plan(state, self.plan(state))
+
+    def may_preempt(self, settings: Any, guarantees: bool) -> bool:
+        ask = getattr(self.policy, "may_preempt", None)
+        return True if ask is None else bool(ask(settings, guarantees))
+
+
+def skip_rules(driver: Any, jobs: list[JobSpec], config: SimConfig) -> tuple[bool, bool]:
+    """(skip while nothing fits, skip timer cycles without news), each only where it is
+    exact for this driver and run.
+
+    - Nothing fits (no pending job fits the largest free block): a plan could only preempt,
+      so skipping is exact when the policy cannot preempt under these settings (it says so
+      through `may_preempt(settings, guarantees)`).
+    - No news (no arrival, end or decision since a cycle that decided nothing): the next
+      snapshot differs only in its clock, so skipping is exact when the policy's decisions
+      do not depend on the clock (`time_dependent` false) and it cannot preempt.
+    """
+    may_preempt = getattr(driver, "may_preempt", None)
+    if not config.skip_exact or may_preempt is None:
+        return config.skip_when_full, False
+    guarantees = any(g > 0 for g in config.team_guaranteed.values()) or any(
+        j.gpu_equivalent <= 1e-6 for j in jobs
+    )
+    settings = {"explain": config.explain, **config.settings}
+    quiet = not may_preempt(settings, guarantees)
+    static = quiet and not getattr(driver, "time_dependent", True)
+    return config.skip_when_full or quiet, static
 
 
 def apply_plan(state: SimState, plan: Plan) -> int:
@@ -109,6 +142,8 @@ def simulate(
     idle = 0  # timer cycles in a row with no event and no decision
     unschedulable = 0
     last_cycle = -math.inf
+    skip_full, skip_static = skip_rules(driver, jobs, config)
+    news_since = True  # something changed since the last cycle that ran
     next_report = t_wall + 10.0
     total = len(jobs)
     while True:
@@ -119,12 +154,15 @@ def simulate(
         if t == math.inf:
             break
         news = state.advance(t)
-        skip = config.skip_when_full and not state.could_place()
+        news_since = news_since or news
+        skip = (skip_full and not state.could_place()) or (skip_static and not news_since)
         applied = driver.cycle(state) if state.pending and not skip else 0
         if state.pending:
             cycles += 0 if skip else 1
             last_cycle = state.now
+            news_since = news_since and skip
         if applied:
+            news_since = True
             state._record()
         idle = 0 if (news or applied) else min(idle + 1, 30)
         if state.pending and not state.running and not state.arrivals_left and not applied:

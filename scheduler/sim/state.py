@@ -50,9 +50,13 @@ class SimConfig:
     team_guaranteed: Mapping[str, int] = field(default_factory=dict)
     record_timeline: bool = True
     # Skip a cycle when no pending job could fit anywhere (smallest gang > largest free
-    # block). Exact for policies whose plans could only preempt then and never do (no team
-    # guarantees, no QoS preemption, no las); off by default.
+    # block), even where the policy might preempt then (not exact for those).
     skip_when_full: bool = False
+    # Skip cycles that cannot decide anything, where the policy says so (see
+    # scheduler.sim.engine): the run is the same as without skipping.
+    skip_exact: bool = True
+    # Wait sentences in plans (settings "explain"); the simulator never reads them.
+    explain: bool = False
 
 
 @dataclass(slots=True, eq=False)
@@ -107,7 +111,7 @@ class SimState:
         self.total_gpus = cluster.total_gpus
         self.busy_gpus = 0.0
         teams = sorted({j.team for j in jobs})
-        self._settings = MappingProxyType(dict(config.settings))
+        self._settings = MappingProxyType({"explain": config.explain, **config.settings})
         half_life = float(self._settings.get("fairshare_half_life", DEFAULT_HALF_LIFE))
         self.usage = TeamUsage(teams, half_life, config.team_guaranteed)
         self.timeline: list[tuple[float, float, int, int]] = []
@@ -330,7 +334,8 @@ class SimState:
         # Useful work of this attempt counts as used; only its restart overhead is lost.
         run.lost_gpu_seconds += run.overhead * spec.gpu_equivalent
         self.finished += 1
-        self.service.observe(spec.work * spec.gpu_equivalent)
+        ratio = spec.work / spec.time_limit if spec.time_limit else math.nan
+        self.service.observe(spec.work * spec.gpu_equivalent, ratio)
         if self.predictor is not None:
             self.predictor.observe(spec, spec.work)
 
@@ -406,6 +411,7 @@ class SimState:
             teams=self.usage.states(self.now),
             settings=self._settings,
             service_distribution=self.service.atoms(),
+            limit_ratio_distribution=self.service.ratio_atoms(),
         )
 
     def mark_unschedulable(self) -> int:

@@ -110,7 +110,7 @@ def test_policy_called_directly_on_the_same_snapshot_decides_the_same(jobs, name
 def test_skipping_cycles_when_nothing_fits_changes_nothing_without_preemption(jobs, name):
     # No guarantees: these policies never preempt, so a cycle where no pending job fits
     # anywhere can decide nothing and skipping it must give the same run.
-    full = simulate(jobs, CLUSTER, PolicyDriver(get_policy(name)), SimConfig())
+    full = simulate(jobs, CLUSTER, PolicyDriver(get_policy(name)), SimConfig(skip_exact=False))
     skip = simulate(jobs, CLUSTER, PolicyDriver(get_policy(name)), SimConfig(skip_when_full=True))
     assert skip.cycles < full.cycles
     finish = {i: (r.first_start, r.finish) for i, r in full.state.jobs.items()}

@@ -1,0 +1,128 @@
+"""The cycle's shortcuts decide exactly what the plain walk decides.
+
+Shortcuts (settings "fast_paths", on by default): the vectorised priority order, the
+reservation's per-shape memory of failed backfills, and recording the rest of the queue at
+once when nothing more can start. Settings "explain" false drops the wait sentences and
+nothing else.
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from types import MappingProxyType
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from scheduler.core.model import (
+    GpuState,
+    NodeState,
+    PendingJob,
+    Plan,
+    RunningJob,
+    Snapshot,
+    TeamState,
+    Wait,
+)
+from scheduler.policies import get_policy
+from scheduler.policies.base import Cycle
+from scheduler.policies.priority import priority_order, priority_scores
+from tests.scheduler.invariants import assert_plan_valid
+from tests.scheduler.policies.strategies import snapshots
+
+NAMES = ["fcfs", "priority", "sjf", "fairshare", "backfill", "las"]
+CHECKS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def _with(snapshot: Snapshot, **extra: object) -> Snapshot:
+    return replace(snapshot, settings=MappingProxyType({**snapshot.settings, **extra}))
+
+
+def _no_guarantees(snapshot: Snapshot) -> Snapshot:
+    """No team guarantee and no QoS preemption: the walk may settle early."""
+    teams = {t: replace(s, guaranteed_gpus=0) for t, s in snapshot.teams.items()}
+    return replace(
+        snapshot,
+        teams=MappingProxyType(teams),
+        settings=MappingProxyType({**snapshot.settings, "qos_preemption": False}),
+    )
+
+
+def _quiet(plan: Plan) -> Plan:
+    return replace(plan, waits=tuple(Wait(w.job_id, "", w.eta) for w in plan.waits))
+
+
+@st.composite
+def busy_snapshots(draw: st.DrawFn) -> Snapshot:
+    snap = draw(snapshots(max_nodes=4, max_pending=40))
+    return _no_guarantees(snap) if draw(st.booleans()) else snap
+
+
+@pytest.mark.parametrize("name", NAMES)
+@CHECKS
+@given(snapshot=busy_snapshots())
+def test_shortcuts_give_the_plain_plan(name: str, snapshot: Snapshot) -> None:
+    reference = get_policy(name).schedule(_with(snapshot, fast_paths=False))
+    fast = get_policy(name).schedule(snapshot)
+    assert fast == reference
+    assert_plan_valid(snapshot, fast)
+
+
+@pytest.mark.parametrize("name", NAMES)
+@CHECKS
+@given(snapshot=busy_snapshots())
+def test_explain_off_only_drops_the_sentences(name: str, snapshot: Snapshot) -> None:
+    reference = get_policy(name).schedule(_with(snapshot, fast_paths=False))
+    quiet = get_policy(name).schedule(_with(snapshot, explain=False))
+    assert quiet == _quiet(reference)
+
+
+@CHECKS
+@given(snapshot=snapshots(max_pending=40))
+def test_vectorised_priority_order_matches_the_scores(snapshot: Snapshot) -> None:
+    scores = priority_scores(snapshot)
+    expected = sorted(snapshot.pending, key=lambda j: (-scores[j.id], j.submitted_at, j.id))
+    assert priority_order(snapshot) == expected
+
+
+def _full_fleet(pending: int = 30) -> Snapshot:
+    """Two 8-GPU nodes, one full and one with 3 GPUs free; two short single-GPU jobs first
+    in line, then a queue of gangs too big for what they leave."""
+    full = tuple(GpuState(i, "A100", 81920, 0, 0) for i in range(8))
+    some = tuple(GpuState(i, "A100", 81920, *((81920, 100) if i < 3 else (0, 0))) for i in range(8))
+    running = (
+        RunningJob(1, "vision", "ada", "a", tuple(range(8)), 0.0, 50_000.0, gpus=8),
+        RunningJob(2, "nlp", "bob", "b", tuple(range(3, 8)), 0.0, 60_000.0, gpus=5),
+    )
+    jobs = [
+        PendingJob(900 + k, "vision", "ada", 0.0, 600.0, gpus=1, priority=500) for k in range(2)
+    ]
+    jobs += [
+        PendingJob(100 + k, "nlp", "cy", float(k), 90_000.0, gpus=4 + k % 5) for k in range(pending)
+    ]
+    return Snapshot(
+        now=40_000.0,
+        nodes=(NodeState("a", full), NodeState("b", some)),
+        running=running,
+        pending=tuple(jobs),
+        teams=MappingProxyType({"vision": TeamState("vision"), "nlp": TeamState("nlp")}),
+    )
+
+
+@pytest.mark.parametrize("name", ["priority", "backfill", "sjf"])
+def test_settled_queue_is_recorded_at_once_with_the_same_plan(name, monkeypatch) -> None:
+    snapshot = _full_fleet()
+    reference = get_policy(name).schedule(_with(snapshot, fast_paths=False))
+    calls = []
+    original = Cycle._wait_rest
+
+    def spy(self, jobs):
+        calls.append(len(jobs))
+        return original(self, jobs)
+
+    monkeypatch.setattr(Cycle, "_wait_rest", spy)
+    assert get_policy(name).schedule(snapshot) == reference
+    assert get_policy(name).schedule(_with(snapshot, explain=False)) == _quiet(reference)
+    assert calls and calls[0] >= 20
+    assert {p.job_id for p in reference.places} == {900, 901}
