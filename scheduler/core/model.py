@@ -146,6 +146,9 @@ class Snapshot:
     # Sizes (GPU-seconds) of recently finished jobs as equal-mass atoms, sorted
     # (scheduler.core.service_distribution.summarize); () when unknown. Used by gittins.
     service_distribution: tuple[float, ...] = ()
+    # Runtime / time limit of the same finished jobs, as equal-mass atoms in (0, 1]; () when
+    # unknown. With it, gittins sees each job's size as its limit x GPUs times this ratio.
+    limit_ratio_distribution: tuple[float, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from typing import Any
 
 from scheduler.core.model import PendingJob, Plan, RunningJob, Snapshot
@@ -11,30 +12,40 @@ from scheduler.policies.base import Cycle
 
 DEFAULT_MARGIN = 0.5  # a waiting job preempts only with an index 1.5x the runner's
 DEFAULT_MIN_SLICE = 300.0  # seconds a job runs before it may be preempted again
+RATIO_STEPS = 64  # attained / (limit x GPUs) is rounded down to 1/64ths
 
 
 class GittinsPolicy:
     """Jobs go in order of their Gittins index: the chance to finish soon per GPU-second
-    spent, computed from the sizes (GPU-seconds) of recently finished jobs
-    (`Snapshot.service_distribution`) given the GPU-seconds a job has attained over all its
-    attempts, bucketed on a geometric grid (4 steps per doubling). A job cannot run past
-    its time limit, so its distribution is cut at limit x GPUs (settings
-    "gittins_use_limits", default on). Submit order breaks ties. A waiting job that does not
-    fit may preempt preemptible running jobs whose index is lower by the margin (settings
-    "gittins_margin", default 0.5: 1.5x) and that have run at least the minimum slice in
-    their current attempt (settings "gittins_min_slice", default 300 s), so that jobs do
-    not thrash; settings "gittins_preemption" (default on) turns this off. Without a
-    distribution (fewer than 20 finished jobs known) the index is 1 / (attained + 1): least
-    attained service.
+    spent, given the GPU-seconds a job has attained over all its attempts. The job's size
+    distribution is learned from recently finished jobs: with
+    `Snapshot.limit_ratio_distribution` (runtime / time limit) it is limit x GPUs x that
+    ratio, so the limit bounds it and scales it (attained service rounded down to 1/64th of
+    limit x GPUs); otherwise `Snapshot.service_distribution` (GPU-seconds) cut at limit x
+    GPUs, attained service bucketed on a geometric grid (4 steps per doubling). Settings
+    "gittins_use_limits" (default on) off ignores limits: plain Tiresias. Submit order breaks
+    ties. A waiting job that does not fit may preempt preemptible running jobs whose index
+    is lower by the margin (settings "gittins_margin", default 0.5: 1.5x) and that have run
+    at least the minimum slice in their current attempt (settings "gittins_min_slice",
+    default 300 s), so that jobs do not thrash; settings "gittins_preemption" (default on)
+    turns this off. Without any distribution (fewer than 20 finished jobs) the index is
+    1 / (attained + 1): least attained service.
 
-    Trade-off: needs no runtime estimates and learns what "short" means from history;
-    heavy-tailed sizes make it least-attained-service, jobs near their limit are finished
-    first. It preempts (restart and checkpoint costs), and long jobs wait while short ones
-    keep arriving.
+    Trade-off: needs no runtime estimates and learns from history how long jobs run and how
+    much users over-ask; heavy tails make it least-attained-service, jobs near their limit
+    are finished first. It preempts (restart and checkpoint costs), long jobs wait while
+    short ones keep arriving, and one ratio distribution for everyone fits users who
+    over-ask alike better than a mix.
     """
 
     name = "gittins"
     blocking = False
+    # For drivers that skip cycles: indices move with attained service, that is with the
+    # clock, and any cycle may preempt.
+    time_dependent = True
+
+    def may_preempt(self, settings: Mapping[str, Any], guarantees: bool) -> bool:
+        return True
 
     def __init__(
         self,
@@ -46,6 +57,7 @@ class GittinsPolicy:
         self.margin, self.min_slice, self.use_limits = margin, min_slice, use_limits
         self.params = params
         self._dist: ServiceDistribution | None = None
+        self._ratios: ServiceDistribution | None = None
 
     def _distribution(self, atoms: tuple[float, ...]) -> ServiceDistribution | None:
         """The distribution for these atoms, kept across cycles (with its index cache)."""
@@ -54,6 +66,13 @@ class GittinsPolicy:
         if self._dist is None or self._dist.atoms != atoms:
             self._dist = ServiceDistribution(atoms)
         return self._dist
+
+    def _ratio_distribution(self, atoms: tuple[float, ...]) -> ServiceDistribution | None:
+        if not atoms:
+            return None
+        if self._ratios is None or self._ratios.atoms != atoms:
+            self._ratios = ServiceDistribution(atoms)
+        return self._ratios
 
     def _setting(self, snapshot: Snapshot, own: Any, key: str, default: Any) -> Any:
         if own is not None:
@@ -69,13 +88,19 @@ class GittinsPolicy:
         )
         use_limits = bool(self._setting(snapshot, self.use_limits, "gittins_use_limits", True))
         dist = self._distribution(snapshot.service_distribution)
+        ratios = self._ratio_distribution(snapshot.limit_ratio_distribution) if use_limits else None
 
         def index(attained: float, limit: float, gpus: float) -> float:
+            cap = limit * gpus
+            if ratios is not None and cap > 0:
+                # Size = cap x ratio: the index scales as 1 / cap.
+                if attained >= cap:
+                    return 1.0  # at its limit: it ends any moment now
+                return ratios.index(math.floor(attained / cap * RATIO_STEPS) / RATIO_STEPS) / cap
             a = bucket(attained)
             if dist is None:
                 return 1.0 / (a + 1.0)
-            cap = limit * gpus if use_limits and limit > 0 else math.inf
-            return dist.index(a, cap)
+            return dist.index(a, cap if use_limits and cap > 0 else math.inf)
 
         pending_index = {
             j.id: index(j.attained_service, j.time_limit, j.gpu_equivalent)

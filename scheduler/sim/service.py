@@ -1,31 +1,31 @@
 """Sizes of the jobs finished so far, summarized for the snapshot as the production cycle
-summarizes recent finished jobs (`Snapshot.service_distribution`, used by gittins)."""
+summarizes recent finished jobs (`Snapshot.service_distribution` and
+`Snapshot.limit_ratio_distribution`, used by gittins)."""
 
 from __future__ import annotations
 
+import math
 from bisect import insort
 from collections import deque
 
 from scheduler.core.service_distribution import DEFAULT_POINTS, summarize_sorted
 
 
-class ServiceHistory:
-    """GPU-seconds of the last `window` finished jobs. The summary is recomputed once the
-    history has grown by 2% (at least one job) since the last one, which keeps long replays
-    cheap and changes the atoms by little."""
+class _Recent:
+    """The last `window` positive values, kept sorted; summarized once they grew by 2%."""
 
-    def __init__(self, window: int = 5000, points: int = DEFAULT_POINTS) -> None:
+    def __init__(self, window: int, points: int) -> None:
         self.window, self.points = window, points
         self._recent: deque[float] = deque()
         self._sorted: list[float] = []
         self._atoms: tuple[float, ...] = ()
         self._new = 0
 
-    def observe(self, gpu_seconds: float) -> None:
-        if gpu_seconds <= 0:
+    def add(self, value: float) -> None:
+        if not (value > 0 and math.isfinite(value)):
             return
-        self._recent.append(gpu_seconds)
-        insort(self._sorted, gpu_seconds)
+        self._recent.append(value)
+        insort(self._sorted, value)
         if len(self._recent) > self.window:
             old = self._recent.popleft()
             del self._sorted[self._sorted.index(old)]
@@ -36,3 +36,22 @@ class ServiceHistory:
             self._atoms = summarize_sorted(self._sorted, self.points)
             self._new = 0
         return self._atoms
+
+
+class ServiceHistory:
+    """GPU-seconds and runtime / time limit of the last `window` finished jobs."""
+
+    def __init__(self, window: int = 5000, points: int = DEFAULT_POINTS) -> None:
+        self._sizes = _Recent(window, points)
+        self._ratios = _Recent(window, points)
+
+    def observe(self, gpu_seconds: float, limit_ratio: float = math.nan) -> None:
+        """A finished job: its GPU-seconds and its runtime / time limit (nan: no limit)."""
+        self._sizes.add(gpu_seconds)
+        self._ratios.add(min(limit_ratio, 1.0))
+
+    def atoms(self) -> tuple[float, ...]:
+        return self._sizes.atoms()
+
+    def ratio_atoms(self) -> tuple[float, ...]:
+        return self._ratios.atoms()

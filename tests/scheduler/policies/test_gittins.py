@@ -137,6 +137,36 @@ def test_without_history_it_is_least_attained_service() -> None:
     assert any("no size history" in n for n in plan.notes)
 
 
+# -- sizes as limit x GPUs x a learned ratio ----------------------------------------------------
+
+RATIOS = (0.25, 0.5, 0.75, 1.0)
+
+
+def _ratio_snap(pending=(), running_jobs=(), now=10_000.0) -> Snapshot:
+    base = _snap(pending, running_jobs, now=now)
+    return replace(base, limit_ratio_distribution=RATIOS)
+
+
+def test_with_limit_ratios_the_index_scales_with_limit_times_gpus() -> None:
+    # Ratios 1/4..1: from 0 the best quantum is the whole limit, 4 / (0.25+0.5+0.75+1) = 1.6,
+    # per cap; a 1-hour 1-GPU job thus has index 1.6 / 3600 GPU-seconds.
+    assert ServiceDistribution(RATIOS).index(0.0) == pytest.approx(1.6)
+    short, wide, long = job(1, limit=3600.0), job(2, 2, limit=3600.0), job(3, limit=4 * 3600.0)
+    plan = get_policy("gittins").schedule(_ratio_snap([long, wide, short]))
+    assert plan.order == (1, 2, 3)
+    assert [p.job_id for p in plan.places] == [1]
+
+
+def test_with_limit_ratios_a_job_close_to_its_limit_keeps_running() -> None:
+    # 50 min into a 1-hour limit: at most 10 minutes left, a fresh 1-hour job waits.
+    near_end = running(9, "n1", (0,), started=10_000.0 - 3000.0, limit=3600.0)
+    plan = get_policy("gittins").schedule(_ratio_snap([job(1, limit=3600.0)], [near_end]))
+    assert plan.preempts == ()
+    # Without the ratios the heavy-tailed sizes say a job 50 min in is a long one.
+    plain = get_policy("gittins").schedule(_snap([job(1, limit=3600.0)], [near_end]))
+    assert [p.job_id for p in plain.preempts] == [9]
+
+
 def test_same_snapshot_same_plan() -> None:
     s = _snap(
         [
@@ -156,9 +186,16 @@ def test_same_snapshot_same_plan() -> None:
 @given(
     snapshot=snapshots(),
     atoms=st.lists(st.floats(1.0, 1e7), min_size=1, max_size=30),
+    ratios=st.lists(st.floats(0.001, 1.0), max_size=30),
 )
-def test_plan_keeps_invariants_with_a_distribution(snapshot: Snapshot, atoms: list[float]) -> None:
-    s = replace(snapshot, service_distribution=tuple(sorted(atoms)))
+def test_plan_keeps_invariants_with_a_distribution(
+    snapshot: Snapshot, atoms: list[float], ratios: list[float]
+) -> None:
+    s = replace(
+        snapshot,
+        service_distribution=tuple(sorted(atoms)),
+        limit_ratio_distribution=tuple(sorted(ratios)),
+    )
     plan = get_policy("gittins").schedule(s)
     assert plan.policy == "gittins"
     assert_plan_valid(s, plan)
