@@ -8,6 +8,10 @@ second of wall time, the share spent inside the policy, and the time for the who
     nice .venv/bin/python bench/bench_sim_throughput.py                 # whole trace, priority
     .venv/bin/python bench/bench_sim_throughput.py --jobs 10000         # first 10k jobs
     .venv/bin/python bench/bench_sim_throughput.py --policy fcfs --cycle 30
+    .venv/bin/python bench/bench_sim_throughput.py --jobs 3000 --plain   # pre-change path
+Reports wall and CPU seconds (time.process_time); the machine may be shared, so compare
+CPU seconds, and compare against a `--plain` run (every cycle asked, wait sentences built,
+no shortcuts: the path before those existed) of the same jobs.
 Not a test.
 """
 
@@ -42,7 +46,12 @@ def main() -> None:
     p.add_argument(
         "--skip-when-full",
         action="store_true",
-        help="skip cycles while no pending job fits (exact here: no preemption)",
+        help="skip cycles while no pending job fits even where the policy may preempt",
+    )
+    p.add_argument(
+        "--plain",
+        action="store_true",
+        help="reference path: no cycle skipping, wait sentences built, no policy shortcuts",
     )
     p.add_argument("--backoff", type=float, default=8.0, help="idle timer-cycle backoff cap")
     a = p.parse_args()
@@ -61,15 +70,23 @@ def main() -> None:
         f"{offered_load(jobs, cluster.total_gpus):.2f}; load {load_s:.1f} s, prepare {prep_s:.1f} s"
     )
     config = SimConfig(
-        cycle_interval=a.cycle, cycle_backoff=a.backoff, skip_when_full=a.skip_when_full
+        cycle_interval=a.cycle,
+        cycle_backoff=a.backoff,
+        skip_when_full=a.skip_when_full,
+        skip_exact=not a.plain,
+        explain=a.plain,
+        settings={"fast_paths": False} if a.plain else {},
     )
+    cpu0 = time.process_time()
     result, m = run_one(a.policy, jobs, cluster, config, progress=True)
+    cpu = time.process_time() - cpu0
     wall = result.wall_seconds
     sim_only = wall - result.policy_seconds
     print(
         f"policy {a.policy}: {wall:.1f} s simulated replay, {len(jobs) / wall:,.0f} jobs/s; "
         f"{result.cycles:,} cycles, {result.policy_seconds:.1f} s in the policy "
-        f"({result.policy_seconds / wall:.0%}), {sim_only:.1f} s in the simulator"
+        f"({result.policy_seconds / wall:.0%}), {sim_only:.1f} s in the simulator; "
+        f"{cpu:.1f} s CPU"
     )
     print(
         f"whole run incl. loading: {time.perf_counter() - t0:.1f} s (target <= 30 s); "
