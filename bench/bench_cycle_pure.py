@@ -1,8 +1,11 @@
 """Time one pure scheduling cycle per policy on a large synthetic fleet.
 
 10,000 pending jobs (1/2/4/8-GPU gangs and fractions) on 1,000 nodes x 8 GPUs with about
-60 % of the GPUs busy. Prints milliseconds per schedule() call (best of --repeat runs) and
-the ratio to the baseline policy (greedy when it exists, else fcfs) measured in the same run.
+60 % of the GPUs busy. Prints CPU milliseconds (time.process_time, best of --repeat runs;
+the machine may be shared, so CPU time is steadier than wall time) per schedule() call,
+wall milliseconds beside it, the ratio to the baseline policy (greedy when it exists, else
+fcfs) and, for the queue-walking policies, the same cycle without shortcuts (settings
+"fast_paths" false, the path before them), all measured in the same run.
 
     .venv/bin/python bench/bench_cycle_pure.py [--policies fcfs,priority] [--repeat 3]
 """
@@ -13,6 +16,7 @@ import argparse
 import random
 import sys
 import time
+from dataclasses import replace
 from importlib import import_module
 from pathlib import Path
 from types import MappingProxyType
@@ -144,19 +148,24 @@ def available(name: str) -> bool:
     return True
 
 
-def time_policy(name: str, snapshot: Snapshot, repeat: int) -> tuple[float, int]:
+def time_policy(name: str, snapshot: Snapshot, repeat: int) -> tuple[float, float, int]:
+    """(best CPU seconds, best wall seconds, jobs placed)."""
     params = {"seed": 1}
     try:
         policy = get_policy(name, **params)
     except TypeError:
         policy = get_policy(name)
-    best, placed = float("inf"), 0
+    best_cpu, best_wall, placed = float("inf"), float("inf"), 0
     for _ in range(repeat):
-        start = time.perf_counter()
+        cpu, wall = time.process_time(), time.perf_counter()
         plan = policy.schedule(snapshot)
-        best = min(best, time.perf_counter() - start)
+        best_cpu = min(best_cpu, time.process_time() - cpu)
+        best_wall = min(best_wall, time.perf_counter() - wall)
         placed = len(plan.places)
-    return best, placed
+    return best_cpu, best_wall, placed
+
+
+WALKERS = ("fcfs", "priority", "sjf", "fairshare", "backfill", "las")
 
 
 def main() -> None:
@@ -173,15 +182,24 @@ def main() -> None:
         f"{len(snapshot.nodes)} nodes x 8 GPUs, {busy} GPUs busy or shared"
     )
     baseline = "greedy" if available("greedy") else "fcfs"
-    base_time, _ = time_policy(baseline, snapshot, args.repeat)
-    print(f"baseline {baseline}: {base_time * 1000:.1f} ms")
-    print(f"{'policy':<10} {'ms':>9} {'x base':>7} {'placed':>7}")
+    base_time, base_wall, _ = time_policy(baseline, snapshot, args.repeat)
+    print(f"baseline {baseline}: {base_time * 1000:.1f} ms CPU ({base_wall * 1000:.1f} ms wall)")
+    plain = replace(snapshot, settings=MappingProxyType({"fast_paths": False}))
+    print(
+        f"{'policy':<10} {'ms CPU':>8} {'ms wall':>8} {'x base':>7} {'placed':>7}"
+        f" {'plain ms CPU':>13} {'x plain':>8}"
+    )
     for name in args.policies.split(","):
         if not available(name):
             print(f"{name:<10} {'(module missing)':>25}")
             continue
-        seconds, placed = time_policy(name, snapshot, args.repeat)
-        print(f"{name:<10} {seconds * 1000:9.1f} {seconds / base_time:7.2f} {placed:7d}")
+        seconds, wall, placed = time_policy(name, snapshot, args.repeat)
+        line = f"{name:<10} {seconds * 1e3:8.1f} {wall * 1e3:8.1f} {seconds / base_time:7.2f} {placed:7d}"
+        if name in WALKERS:
+            ref, _, ref_placed = time_policy(name, plain, args.repeat)
+            assert ref_placed == placed
+            line += f" {ref * 1e3:13.1f} {seconds / ref:8.2f}"
+        print(line)
 
 
 if __name__ == "__main__":
