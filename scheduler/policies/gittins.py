@@ -129,10 +129,9 @@ class GittinsPolicy:
             victim_rule=victim_rule if preempt else None,
             rule_key=lambda j: pending_index[j.id],
         )
-        for job in sorted(
-            snapshot.pending, key=lambda j: (-pending_index[j.id], j.submitted_at, j.id)
-        ):
-            cycle.consider(job)
+        cycle.consider_all(
+            sorted(snapshot.pending, key=lambda j: (-pending_index[j.id], j.submitted_at, j.id))
+        )
         notes = (
             () if dist is not None else ("gittins: no size history yet, least attained service",)
         )
