@@ -17,7 +17,7 @@ from django.db import connection
 from django.db.models import F, FloatField, Func
 from django.utils import timezone
 
-from fleet.models import Gpu, GpuRelease, Job, JobState, Node, Team
+from fleet.models import Gpu, GpuRelease, Job, JobEvent, JobState, Node, Team
 from fleet.models.jobs import ACTIVE_STATES
 from fleet.models.nodes import NodeState as NodeStatus
 from scheduler.core.model import (
@@ -30,6 +30,7 @@ from scheduler.core.model import (
     TeamState,
 )
 from scheduler.core.prediction import RuntimePredictor
+from scheduler.core.service_distribution import summarize
 from scheduler.cycle.config import COMMON, settings_get
 from scheduler.cycle.usage import Run, gpu_equivalent, team_usage
 
@@ -89,23 +90,60 @@ def _ts(value: datetime | float | None, default: float) -> float:
     return default if found is None else found
 
 
-def train_predictor(limit: int) -> RuntimePredictor:
-    """Learn runtime ratios from the most recent finished jobs (keyed by owner id)."""
+@dataclass(frozen=True)
+class History:
+    """What recent finished jobs teach: runtime ratios per owner and name (predictions), and
+    the size distributions `gittins` ranks by (GPU-seconds; runtime / time limit)."""
+
+    predictor: RuntimePredictor
+    service: tuple[float, ...] = ()
+    limit_ratio: tuple[float, ...] = ()
+
+
+def learn_history(limit: int) -> History:
+    """Learn from the `limit` most recent finished jobs (keyed by owner id)."""
     predictor = RuntimePredictor()
     if limit <= 0:
-        return predictor
+        return History(predictor)
     rows = (
         Job.objects.filter(
             state__in=HISTORY_STATES, started_at__isnull=False, finished_at__isnull=False
         )
         .order_by("-id")
-        .values_list("owner_id", "name", "time_limit", epoch("started_at"), epoch("finished_at"))[
-            :limit
-        ]
+        .values_list(
+            "owner_id", "name", "time_limit", "gpus", "gpu_compute_percent",
+            epoch("started_at"), epoch("finished_at"),
+        )[:limit]
+    )  # fmt: skip
+    sizes: list[float] = []
+    ratios: list[float] = []
+    for owner, name, limit_s, gpus, comp, started, finished in reversed(list(rows)):
+        runtime = max(0.0, _ts(finished, 0.0) - _ts(started, 0.0))
+        predictor.update(str(owner), name, float(limit_s), runtime)
+        sizes.append(runtime * gpu_equivalent(gpus, comp))
+        ratios.append(min(runtime / float(limit_s), 1.0))
+    return History(predictor, summarize(sizes), summarize(ratios))
+
+
+def attained_service(job_ids: set[int]) -> dict[int, float]:
+    """Seconds each job ran in its earlier attempts, from its events (running -> anything).
+    Only requeued jobs have any, so callers pass just those."""
+    if not job_ids:
+        return {}
+    ran: dict[int, float] = {}
+    started: dict[int, float] = {}
+    events = (
+        JobEvent.objects.filter(job_id__in=job_ids, applied=True)
+        .order_by("job_id", "id")
+        .values_list("job_id", "from_state", "to_state", epoch("at"))
     )
-    for owner, name, limit_s, started, finished in reversed(list(rows)):
-        predictor.update(str(owner), name, float(limit_s), _ts(finished, 0.0) - _ts(started, 0.0))
-    return predictor
+    for job_id, before, after, at in events:
+        t = _ts(at, 0.0)
+        if before == JobState.RUNNING and job_id in started:
+            ran[job_id] = ran.get(job_id, 0.0) + max(0.0, t - started.pop(job_id))
+        if after == JobState.RUNNING:
+            started[job_id] = t
+    return ran
 
 
 def _nodes(
@@ -180,6 +218,7 @@ def _pending_fields() -> tuple[Any, ...]:
         "id", "team_id", "owner_id", epoch("submitted_at"), "time_limit", "gpus",
         "gpu_memory_mb", "gpu_compute_percent", "gpu_model", "min_gpu_memory_mb", "priority",
         "qos", "preemptible", "name", "attempt", "state_reason", "queue_position", epoch("eta"),
+        "requeues",
     )  # fmt: skip
 
 
@@ -210,7 +249,10 @@ def build_snapshot(*, now: datetime | None = None, save_usage: bool = True) -> D
     }  # fmt: skip
     owner_ids = {r[2] for r in active} | {r[2] for r in pending}
     users = dict(get_user_model().objects.filter(id__in=owner_ids).values_list("id", "username"))
-    predictor = snap.predictor = train_predictor(int(snap.param("prediction_history")))
+    history = learn_history(int(snap.param("prediction_history")))
+    predictor = snap.predictor = history.predictor
+    # Earlier attempts' service, in GPU-seconds like gittins' size distribution.
+    earlier = attained_service({r[0] for r in active if r[14]} | {r[0] for r in pending if r[18]})
     predictions: dict[tuple[int, str, int], float] = {}
 
     def predict(owner: int, name: str, limit: int) -> float | None:
@@ -248,6 +290,7 @@ def build_snapshot(*, now: datetime | None = None, save_usage: bool = True) -> D
                 preemptible=preemptible,
                 predicted_runtime=predict(owner_id, name, limit),
                 requeueable=requeues < max_requeues,
+                attained_service=earlier.get(job_id, 0.0) * gpu_equivalent(gpus, comp),
             )
         )
         snap.attempts[job_id] = attempt
@@ -258,7 +301,7 @@ def build_snapshot(*, now: datetime | None = None, save_usage: bool = True) -> D
     queued: list[PendingJob] = []
     for (
         job_id, team_id, owner_id, submitted, limit, gpus, mem, comp, model, min_mem,
-        priority, qos, preemptible, name, attempt, reason, position, eta,
+        priority, qos, preemptible, name, attempt, reason, position, eta, _requeues,
     ) in pending:  # fmt: skip
         queued.append(
             PendingJob(
@@ -277,6 +320,7 @@ def build_snapshot(*, now: datetime | None = None, save_usage: bool = True) -> D
                 preemptible=preemptible,
                 name=name,
                 predicted_runtime=predict(owner_id, name, limit),
+                attained_service=earlier.get(job_id, 0.0) * gpu_equivalent(gpus, comp),
             )
         )
         snap.attempts[job_id] = attempt
@@ -308,5 +352,7 @@ def build_snapshot(*, now: datetime | None = None, save_usage: bool = True) -> D
         pending=tuple(queued),
         teams=MappingProxyType(team_states),
         settings=MappingProxyType(params),
+        service_distribution=history.service,
+        limit_ratio_distribution=history.limit_ratio,
     )
     return snap
