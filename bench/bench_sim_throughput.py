@@ -75,6 +75,7 @@ def main() -> None:
         skip_when_full=a.skip_when_full,
         skip_exact=not a.plain,
         explain=a.plain,
+        plan_waits=a.plain,
         settings={"fast_paths": False} if a.plain else {},
     )
     cpu0 = time.process_time()

@@ -41,6 +41,23 @@ class _Node:
         # Bumped on every change of this node's free capacity.
         self.version = 0
 
+    @classmethod
+    def copy_of(cls, template: _Node, pos: int) -> _Node:
+        """A fresh working copy of a node built earlier from the same (frozen) NodeState:
+        shared read-only parts, copied free amounts and whole-GPU lists."""
+        node = cls.__new__(cls)
+        node.name = template.name
+        node.pos = pos
+        node.schedulable = template.schedulable
+        node.gpus = template.gpus
+        node.index_of = template.index_of
+        node.kind_of = template.kind_of
+        node.mem = template.mem.copy()
+        node.comp = template.comp.copy()
+        node.whole = {k: v.copy() for k, v in template.whole.items()}
+        node.version = 0
+        return node
+
 
 class _KindIndex:
     __slots__ = ("model", "memory_mb", "buckets", "bmask", "partial", "pmask", "whole_total")

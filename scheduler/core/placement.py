@@ -38,33 +38,63 @@ from scheduler.core.model import FULL_COMPUTE, GpuState, NodeState, Snapshot
 Choice = tuple[str, tuple[int, ...]]
 
 
-class FreeCapacity:
-    def __init__(self, nodes: tuple[NodeState, ...]) -> None:
-        self._nodes = [_Node(n, pos) for pos, n in enumerate(nodes)]
-        self._by_name = {n.name: n for n in self._nodes}
-        per_node: dict[Kind, int] = {}
-        for node in self._nodes:
-            counts: dict[Kind, int] = {}
-            for kind in node.kind_of:
-                counts[kind] = counts.get(kind, 0) + 1
-            for kind, count in counts.items():
-                per_node[kind] = max(per_node.get(kind, 0), count)
-        self._kinds = {k: _KindIndex(k[0], k[1], m) for k, m in per_node.items()}
-        self._eligible_cache: dict[tuple[str | None, int], list[_KindIndex]] = {}
-        self._fails: set[tuple[Any, ...]] = set()
-        self._roomiest: dict[tuple[Any, ...], tuple[int, Any]] = {}
-        self.version = 0
-        for node in self._nodes:
-            if not node.schedulable:
-                continue
+class _Template:
+    """What FreeCapacity derives from one NodeState, kept while that (frozen) object is
+    reused by the next snapshot (the simulator rebuilds only nodes that changed)."""
+
+    __slots__ = ("state", "node", "counts", "partial")
+
+    def __init__(self, state: NodeState) -> None:
+        self.state = state  # keeps the id the cache is keyed on alive
+        node = self.node = _Node(state, 0)
+        self.counts: dict[Kind, int] = {}
+        for kind in node.kind_of:
+            self.counts[kind] = self.counts.get(kind, 0) + 1
+        self.partial: list[tuple[Kind, int, int]] = []
+        if node.schedulable:
             for p, gpu in enumerate(node.gpus):
                 kind, mem, comp = node.kind_of[p], node.mem[p], node.comp[p]
                 if _is_whole(mem, comp, gpu):
                     node.whole.setdefault(kind, []).append(p)
                 elif _is_partial(mem, comp, gpu):
-                    self._kinds[kind].partial_add(comp, (node.pos, p))
+                    self.partial.append((kind, comp, p))
+
+
+_TEMPLATES: dict[int, _Template] = {}
+_TEMPLATES_MAX = 1 << 14
+
+
+def _template(state: NodeState) -> _Template:
+    found = _TEMPLATES.get(id(state))
+    if found is not None and found.state is state:
+        return found
+    if len(_TEMPLATES) >= _TEMPLATES_MAX:
+        _TEMPLATES.clear()
+    found = _TEMPLATES[id(state)] = _Template(state)
+    return found
+
+
+class FreeCapacity:
+    def __init__(self, nodes: tuple[NodeState, ...]) -> None:
+        templates = [_template(n) for n in nodes]
+        self._nodes = [_Node.copy_of(t.node, pos) for pos, t in enumerate(templates)]
+        self._by_name = {n.name: n for n in self._nodes}
+        per_node: dict[Kind, int] = {}
+        for t in templates:
+            for kind, count in t.counts.items():
+                if count > per_node.get(kind, 0):
+                    per_node[kind] = count
+        self._kinds = {k: _KindIndex(k[0], k[1], m) for k, m in per_node.items()}
+        self._eligible_cache: dict[tuple[str | None, int], list[_KindIndex]] = {}
+        self._fails: set[tuple[Any, ...]] = set()
+        self._roomiest: dict[tuple[Any, ...], tuple[int, Any]] = {}
+        self.version = 0
+        kinds = self._kinds
+        for node, t in zip(self._nodes, templates, strict=True):
+            for kind, comp, p in t.partial:
+                kinds[kind].partial_add(comp, (node.pos, p))
             for kind, positions in node.whole.items():
-                ki = self._kinds[kind]
+                ki = kinds[kind]
                 ki.bucket_add(len(positions), node.pos)
                 ki.whole_total += len(positions)
 

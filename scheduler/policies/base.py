@@ -17,8 +17,9 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import lru_cache
-from itertools import accumulate
 from typing import Any
+
+import numpy as np
 
 from scheduler.core.admission import FleetProfile
 from scheduler.core.explain import why_waiting
@@ -138,6 +139,7 @@ class Cycle:
         self.notes: list[str] = []
         self.order: list[int] = []
         self._seen: set[int] = set()
+        self._unmarked: list[list[PendingJob]] = []  # seen, not yet in _seen
         self._waits: dict[int, tuple[PendingJob, str, Any]] = {}
         self._placed: list = []
         self._preempted: set[int] = set()
@@ -155,11 +157,17 @@ class Cycle:
         # settings["fast_paths"] false: no shortcuts (the reference the tests and benches
         # compare the shortcuts against).
         self.fast = bool(self.settings.get("fast_paths", True))
+        # settings["plan_waits"] false (the simulator, which applies only places, preempts
+        # and reserves): the plan carries no Waits and its order stops where the walk
+        # settled. Production cycles keep the default: every pending job in order, waiting.
+        self.full_plan = bool(self.settings.get("plan_waits", True))
 
     # -- walking the queue -------------------------------------------------------------
 
     def consider(self, job: PendingJob) -> bool:
         """Try to start the job now; True when placed. Records its wait otherwise."""
+        if self._unmarked:
+            self._mark_seen()
         if job.id in self._seen:
             return False
         self._seen.add(job.id)
@@ -218,7 +226,7 @@ class Cycle:
         # some GPU share, so no team stays within zero.
         if any(t.guaranteed_gpus > 0 for t in self.snapshot.teams.values()):
             return False
-        return all(j.gpu_equivalent > 1e-6 for j in self.snapshot.pending)
+        return all(j.gpus or j.gpu_equivalent > 1e-6 for j in self.snapshot.pending)
 
     def _settled_now(self) -> bool:
         """Cheap part of the test: blocked, or a reservation made (or none wanted)."""
@@ -240,6 +248,11 @@ class Cycle:
 
     def _wait_rest(self, jobs: list[PendingJob]) -> None:
         seen = self._seen
+        if not self.full_plan and (self._blocked_by is not None or not self.blocking):
+            # Nothing of the rest is decided; without Waits it is only marked seen, and
+            # only if the policy considers more jobs afterwards.
+            self._unmarked.append(jobs)
+            return
         if not self.explain and (self._blocked_by is not None or not self.blocking):
             ids = [j.id for j in jobs]
             if seen.isdisjoint(ids) and len(set(ids)) == len(ids):
@@ -282,8 +295,15 @@ class Cycle:
         rule = self.reserve_rule
         return rule(job) if callable(rule) else bool(rule)
 
+    def _mark_seen(self) -> None:
+        for jobs in self._unmarked:
+            self._seen.update(j.id for j in jobs)
+        self._unmarked.clear()
+
     def wait(self, job: PendingJob, reason: str) -> None:
         """Record a job the policy holds back for its own reason."""
+        if self._unmarked:
+            self._mark_seen()
         if job.id not in self._seen:
             self._seen.add(job.id)
             self.order.append(job.id)
@@ -368,7 +388,18 @@ class Cycle:
     # -- the plan ---------------------------------------------------------------------------
 
     def plan(self, extra_notes: Iterable[str] = ()) -> Plan:
-        """The decisions, with a Wait for every pending job not placed."""
+        """The decisions, with a Wait for every pending job not placed (settings
+        "plan_waits" false: the decisions and the order walked, no Waits)."""
+        if not self.full_plan:
+            return Plan(
+                policy=self.policy,
+                places=tuple(self.places),
+                preempts=tuple(self.preempts),
+                reserves=tuple(self.reserves),
+                waits=(),
+                order=tuple(self.order),
+                notes=tuple(self.notes) + tuple(extra_notes),
+            )
         placed = {p.job_id for p in self.places}
         for job in self.snapshot.pending:
             if job.id not in self._seen and job.id not in placed:
@@ -451,10 +482,13 @@ class _Rest:
     (a fraction counts one), time limit, and whether any is a fraction."""
 
     def __init__(self, jobs: list[PendingJob]) -> None:
-        self.need = list(accumulate(reversed([j.gpus or 1 for j in jobs]), min))[::-1]
-        self.limit = list(accumulate(reversed([j.time_limit for j in jobs]), min))[::-1]
-        fractions = [not j.gpus for j in jobs]
-        self.fraction = list(accumulate(reversed(fractions), bool.__or__))[::-1]
+        n = len(jobs)
+        gpus = np.fromiter([j.gpus for j in jobs], np.int64, n)
+        limits = np.fromiter([j.time_limit for j in jobs], float, n)
+        # Suffix minima / any, as Python values (the comparisons stay those of floats/ints).
+        self.need = np.minimum.accumulate(np.maximum(gpus, 1)[::-1])[::-1].tolist()
+        self.limit = np.minimum.accumulate(limits[::-1])[::-1].tolist()
+        self.fraction = np.logical_or.accumulate((gpus == 0)[::-1])[::-1].tolist()
 
 
 def cycle_may_preempt(settings: Mapping[str, Any], guarantees: bool) -> bool:

@@ -131,12 +131,21 @@ def priority_score_array(snapshot: Snapshot) -> np.ndarray:
     }
     qos_part = {q: w_qos * r / top_rank for q, r in ranks.items()}
     qos_default = w_qos * ranks.get("normal", 0) / top_rank
-    submitted = np.fromiter([j.submitted_at for j in pending], float, n)
-    gpus = np.fromiter([j.gpus for j in pending], float, n)
-    compute = np.fromiter([j.gpu_compute_percent or 0 for j in pending], float, n)
-    teams = np.fromiter([team_part[j.team] for j in pending], float, n)
-    qos = np.fromiter([qos_part.get(j.qos, qos_default) for j in pending], float, n)
-    nice = np.fromiter([j.priority for j in pending], float, n)
+    rows = np.array(
+        [
+            (
+                j.submitted_at,
+                j.gpus,
+                j.gpu_compute_percent or 0,
+                team_part[j.team],
+                qos_part.get(j.qos, qos_default),
+                j.priority,
+            )
+            for j in pending
+        ],
+        float,
+    ).reshape(n, 6)
+    submitted, gpus, compute, teams, qos, nice = rows.T
     age = np.minimum(np.maximum(snapshot.now - submitted, 0.0), max_age) / max_age
     equivalent = np.where(gpus > 0, gpus, compute / FULL_COMPUTE)
     size = np.minimum(equivalent / largest_node, 1.0)

@@ -90,7 +90,7 @@ def skip_rules(driver: Any, jobs: list[JobSpec], config: SimConfig) -> tuple[boo
     guarantees = any(g > 0 for g in config.team_guaranteed.values()) or any(
         j.gpu_equivalent <= 1e-6 for j in jobs
     )
-    settings = {"explain": config.explain, **config.settings}
+    settings = {"explain": config.explain, "plan_waits": config.plan_waits, **config.settings}
     quiet = not may_preempt(settings, guarantees)
     static = quiet and not getattr(driver, "time_dependent", True)
     return config.skip_when_full or quiet, static

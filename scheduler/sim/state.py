@@ -57,6 +57,9 @@ class SimConfig:
     skip_exact: bool = True
     # Wait sentences in plans (settings "explain"); the simulator never reads them.
     explain: bool = False
+    # Waits in plans at all (settings "plan_waits"): the simulator applies only places,
+    # preempts and reserves, so by default policies leave them out.
+    plan_waits: bool = False
 
 
 @dataclass(slots=True, eq=False)
@@ -111,7 +114,9 @@ class SimState:
         self.total_gpus = cluster.total_gpus
         self.busy_gpus = 0.0
         teams = sorted({j.team for j in jobs})
-        self._settings = MappingProxyType({"explain": config.explain, **config.settings})
+        self._settings = MappingProxyType(
+            {"explain": config.explain, "plan_waits": config.plan_waits, **config.settings}
+        )
         half_life = float(self._settings.get("fairshare_half_life", DEFAULT_HALF_LIFE))
         self.usage = TeamUsage(teams, half_life, config.team_guaranteed)
         self.timeline: list[tuple[float, float, int, int]] = []

@@ -25,6 +25,7 @@ from scheduler.core.model import (
     TeamState,
     Wait,
 )
+from scheduler.core.placement import FreeCapacity
 from scheduler.policies import get_policy
 from scheduler.policies.base import Cycle
 from scheduler.policies.priority import priority_order, priority_scores
@@ -76,6 +77,43 @@ def test_explain_off_only_drops_the_sentences(name: str, snapshot: Snapshot) -> 
     reference = get_policy(name).schedule(_with(snapshot, fast_paths=False))
     quiet = get_policy(name).schedule(_with(snapshot, explain=False))
     assert quiet == _quiet(reference)
+
+
+@pytest.mark.parametrize("name", NAMES)
+@CHECKS
+@given(snapshot=busy_snapshots())
+def test_plan_waits_off_keeps_the_decisions(name: str, snapshot: Snapshot) -> None:
+    reference = get_policy(name).schedule(_with(snapshot, fast_paths=False))
+    light = get_policy(name).schedule(_with(snapshot, explain=False, plan_waits=False))
+    assert light.waits == ()
+    assert (light.places, light.preempts, light.reserves, light.notes) == (
+        reference.places,
+        reference.preempts,
+        reference.reserves,
+        reference.notes,
+    )
+    assert light.order == reference.order[: len(light.order)]
+
+
+def _capacity_view(cap: FreeCapacity, snapshot: Snapshot) -> tuple:
+    gpus = {(n.name, g.index): cap.free_on(n.name, g.index) for n in snapshot.nodes for g in n.gpus}
+    fits = [cap.best_fit(j) for j in snapshot.pending]
+    wholes = {n.name: cap.whole_free(n.name) for n in snapshot.nodes}
+    return gpus, fits, wholes, cap.largest_free_block(), cap.free_gpus_total(), cap.has_partial()
+
+
+@CHECKS
+@given(snapshot=snapshots(max_nodes=4, max_pending=20))
+def test_capacity_rebuilt_from_reused_nodes_is_fresh(snapshot: Snapshot) -> None:
+    first = FreeCapacity.from_snapshot(snapshot)
+    for job in snapshot.pending:  # a cycle's bookings must not leak into the next one
+        choice = first.best_fit(job)
+        if choice is not None:
+            first.take(job, *choice)
+    again = FreeCapacity.from_snapshot(snapshot)  # same NodeState objects: cached parts
+    copies = tuple(replace(n, gpus=tuple(replace(g) for g in n.gpus)) for n in snapshot.nodes)
+    fresh = FreeCapacity.from_snapshot(replace(snapshot, nodes=copies))
+    assert _capacity_view(again, snapshot) == _capacity_view(fresh, snapshot)
 
 
 @CHECKS

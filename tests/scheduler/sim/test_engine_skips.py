@@ -42,6 +42,7 @@ def test_default_run_equals_the_plain_run(jobs, name, guarantees):
     plain = SimConfig(
         skip_exact=False,
         explain=True,
+        plan_waits=True,
         settings={"fast_paths": False},
         team_guaranteed=team_guaranteed,
     )
