@@ -47,12 +47,12 @@ def earliest_start(
     A GPU counts as free for a gang once every occupant on it has ended; a fraction needs
     enough memory and compute left, releasing occupants in the order they end.
     """
+    if job.gpus:
+        return _gang_sweep(job, cap, occupants, now)
     on_gpu: dict[tuple[str, int], list[Occupant]] = {}
     for occ in occupants:
         for idx in occ.gpu_indices:
             on_gpu.setdefault((occ.node, idx), []).append(occ)
-    if job.gpus:
-        return _gang_sweep(job, cap, on_gpu, now)
     best: tuple[str, float, tuple[int, ...]] | None = None
     for node in cap.node_names():
         if not cap.is_schedulable(node):
@@ -64,7 +64,7 @@ def earliest_start(
 
 
 def _gang_sweep(
-    job: Any, cap: FreeCapacity, on_gpu: dict[tuple[str, int], list[Occupant]], now: float
+    job: Any, cap: FreeCapacity, occupants: list[Occupant], now: float
 ) -> tuple[str, float, tuple[int, ...]] | None:
     """Walk GPU release times in order, counting wholly free GPUs per node and kind, until
     some node holds the gang: O(busy GPUs log busy GPUs), not a pass per node."""
@@ -88,9 +88,31 @@ def _gang_sweep(
     for key, indices in ready.items():
         if len(indices) >= job.gpus:
             return key[0], now, tuple(indices[: job.gpus])
+    # Per busy GPU: when its last occupant ends, whether a gang holds it (then it is wholly
+    # free at that end), else what its fractions give back on top of what is free now.
+    last: dict[tuple[str, int], float] = {}
+    gang: set[tuple[str, int]] = set()
+    back: dict[tuple[str, int], list[int]] = {}
+    for occ in occupants:
+        end, node, whole = occ.end, occ.node, occ.gpus
+        for idx in occ.gpu_indices:
+            key = (node, idx)
+            seen = last.get(key)
+            if seen is None or end > seen:
+                last[key] = end
+            if whole:
+                gang.add(key)
+            else:
+                amounts = back.get(key)
+                if amounts is None:
+                    back[key] = [occ.gpu_memory_mb or 0, occ.gpu_compute_percent or 0]
+                else:
+                    amounts[0] += occ.gpu_memory_mb or 0
+                    amounts[1] += occ.gpu_compute_percent or 0
     releases = []
     gpus_of: dict[str, dict[int, Any]] = {}
-    for (node, idx), occs in on_gpu.items():
+    for key, end in last.items():
+        node, idx = key
         gpus = gpus_of.get(node)
         if gpus is None:
             ok = cap.is_schedulable(node)
@@ -98,17 +120,12 @@ def _gang_sweep(
         held = gpus.get(idx)
         if held is None or not eligible(node, held):
             continue
-        mem, comp = cap.free_on(node, idx)
-        end = now
-        for occ in occs:
-            if occ.gpus:
-                mem, comp = held.memory_mb, FULL_COMPUTE
-            else:
-                mem += occ.gpu_memory_mb or 0
-                comp += occ.gpu_compute_percent or 0
-            end = max(end, occ.end)
-        if comp >= FULL_COMPUTE and mem >= held.memory_mb:
-            releases.append((end, node, idx, held.model, held.memory_mb))
+        if key not in gang:
+            mem, comp = cap.free_on(node, idx)
+            add_mem, add_comp = back[key]
+            if not (comp + add_comp >= FULL_COMPUTE and mem + add_mem >= held.memory_mb):
+                continue
+        releases.append((max(now, end), node, idx, held.model, held.memory_mb))
     releases.sort()
     for when, node, idx, model, memory_mb in releases:
         indices = ready.setdefault((node, model, memory_mb), [])
