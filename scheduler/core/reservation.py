@@ -96,23 +96,23 @@ def _gang_sweep(
     for occ in occupants:
         end, node, whole = occ.end, occ.node, occ.gpus
         for idx in occ.gpu_indices:
-            key = (node, idx)
-            seen = last.get(key)
+            where = (node, idx)
+            seen = last.get(where)
             if seen is None or end > seen:
-                last[key] = end
+                last[where] = end
             if whole:
-                gang.add(key)
+                gang.add(where)
             else:
-                amounts = back.get(key)
+                amounts = back.get(where)
                 if amounts is None:
-                    back[key] = [occ.gpu_memory_mb or 0, occ.gpu_compute_percent or 0]
+                    back[where] = [occ.gpu_memory_mb or 0, occ.gpu_compute_percent or 0]
                 else:
                     amounts[0] += occ.gpu_memory_mb or 0
                     amounts[1] += occ.gpu_compute_percent or 0
     releases = []
     gpus_of: dict[str, dict[int, Any]] = {}
-    for key, end in last.items():
-        node, idx = key
+    for where, end in last.items():
+        node, idx = where
         gpus = gpus_of.get(node)
         if gpus is None:
             ok = cap.is_schedulable(node)
@@ -120,9 +120,9 @@ def _gang_sweep(
         held = gpus.get(idx)
         if held is None or not eligible(node, held):
             continue
-        if key not in gang:
+        if where not in gang:
             mem, comp = cap.free_on(node, idx)
-            add_mem, add_comp = back[key]
+            add_mem, add_comp = back[where]
             if not (comp + add_comp >= FULL_COMPUTE and mem + add_mem >= held.memory_mb):
                 continue
         releases.append((max(now, end), node, idx, held.model, held.memory_mb))
