@@ -24,6 +24,7 @@ import numpy as np
 from scheduler.core.admission import FleetProfile
 from scheduler.core.explain import why_waiting
 from scheduler.core.model import (
+    FULL_COMPUTE,
     PendingJob,
     Place,
     Plan,
@@ -244,7 +245,16 @@ class Cycle:
         if largest >= rest.need[i] or (rest.fraction[i] and self.cap.has_partial()):
             return False
         held = self._reservation
-        return held is None or held.empty() or self.now + rest.limit[i] > held.start
+        if held is None or held.empty():
+            return True
+        # A later job may still use the reservation's node if it ends before the
+        # reservation starts and fits there with the held GPUs given back: at most the
+        # node's whole free GPUs plus the held GPUs that were wholly free.
+        short_need, short_fraction = rest.ending_by(self.now, held.start)
+        if short_fraction[i]:
+            return False
+        whole_held = sum(1 for _, comp in held.amounts.values() if comp >= FULL_COMPUTE)
+        return short_need[i] > len(self.cap.whole_free(held.node)) + whole_held
 
     def _wait_rest(self, jobs: list[PendingJob]) -> None:
         seen = self._seen
@@ -479,16 +489,34 @@ class Cycle:
 
 class _Rest:
     """Per position in a queue, what the jobs from there on need at least: whole GPUs
-    (a fraction counts one), time limit, and whether any is a fraction."""
+    (a fraction counts one), and whether any is a fraction; the same among those that
+    end before a reservation starts."""
 
     def __init__(self, jobs: list[PendingJob]) -> None:
         n = len(jobs)
         gpus = np.fromiter([j.gpus for j in jobs], np.int64, n)
         limits = np.fromiter([j.time_limit for j in jobs], float, n)
         # Suffix minima / any, as Python values (the comparisons stay those of floats/ints).
+        self._gpus, self._limits = gpus, limits
         self.need = np.minimum.accumulate(np.maximum(gpus, 1)[::-1])[::-1].tolist()
-        self.limit = np.minimum.accumulate(limits[::-1])[::-1].tolist()
         self.fraction = np.logical_or.accumulate((gpus == 0)[::-1])[::-1].tolist()
+        self._ending: tuple[float, float, list[int], list[bool]] | None = None
+
+    def ending_by(self, now: float, start: float) -> tuple[list[int], list[bool]]:
+        """Among the jobs from each position on that end by `start` when started at `now`:
+        the fewest whole GPUs any needs (a fraction counts one; none: more than any node),
+        and whether any is a fraction."""
+        if self._ending is None or self._ending[:2] != (now, start):
+            short = now + self._limits <= start
+            need = np.where(short, np.maximum(self._gpus, 1), np.iinfo(np.int64).max)
+            fraction = short & (self._gpus == 0)
+            self._ending = (
+                now,
+                start,
+                np.minimum.accumulate(need[::-1])[::-1].tolist(),
+                np.logical_or.accumulate(fraction[::-1])[::-1].tolist(),
+            )
+        return self._ending[2], self._ending[3]
 
 
 def cycle_may_preempt(settings: Mapping[str, Any], guarantees: bool) -> bool:

@@ -164,3 +164,42 @@ def test_settled_queue_is_recorded_at_once_with_the_same_plan(name, monkeypatch)
     assert get_policy(name).schedule(_with(snapshot, explain=False)) == _quiet(reference)
     assert calls and calls[0] >= 20
     assert {p.job_id for p in reference.places} == {900, 901}
+
+
+def _reserved_node_too_small(pending: int = 30) -> Snapshot:
+    """Node a busy until 70,000; node b with GPUs 0-2 free and the rest busy until 50,000.
+    An 8-GPU job first in line reserves node b (its free GPUs held); behind it short
+    4-GPU jobs end before the reservation starts but find no 4 GPUs there or anywhere."""
+    full = tuple(GpuState(i, "A100", 81920, 0, 0) for i in range(8))
+    some = tuple(GpuState(i, "A100", 81920, *((81920, 100) if i < 3 else (0, 0))) for i in range(8))
+    running = (
+        RunningJob(1, "vision", "ada", "a", tuple(range(8)), 0.0, 70_000.0, gpus=8),
+        RunningJob(2, "nlp", "bob", "b", tuple(range(3, 8)), 0.0, 50_000.0, gpus=5),
+    )
+    jobs = [PendingJob(800, "vision", "ada", 0.0, 90_000.0, gpus=8, priority=900)]
+    jobs += [PendingJob(100 + k, "nlp", "cy", float(k), 600.0, gpus=4) for k in range(pending)]
+    return Snapshot(
+        now=40_000.0,
+        nodes=(NodeState("a", full), NodeState("b", some)),
+        running=running,
+        pending=tuple(jobs),
+        teams=MappingProxyType({"vision": TeamState("vision"), "nlp": TeamState("nlp")}),
+    )
+
+
+@pytest.mark.parametrize("name", ["priority", "backfill"])
+def test_walk_settles_when_no_later_job_fits_the_reserved_node(name, monkeypatch) -> None:
+    snapshot = _reserved_node_too_small()
+    reference = get_policy(name).schedule(_with(snapshot, fast_paths=False))
+    calls = []
+    original = Cycle._wait_rest
+
+    def spy(self, jobs):
+        calls.append(len(jobs))
+        return original(self, jobs)
+
+    monkeypatch.setattr(Cycle, "_wait_rest", spy)
+    assert get_policy(name).schedule(snapshot) == reference
+    assert calls and calls[0] >= 20
+    assert [r.job_id for r in reference.reserves] == [800]
+    assert reference.reserves[0].node == "b" and not reference.places
