@@ -42,7 +42,7 @@ class _Template:
     """What FreeCapacity derives from one NodeState, kept while that (frozen) object is
     reused by the next snapshot (the simulator rebuilds only nodes that changed)."""
 
-    __slots__ = ("state", "node", "counts", "partial")
+    __slots__ = ("state", "node", "counts", "partial", "by_index")
 
     def __init__(self, state: NodeState) -> None:
         self.state = state  # keeps the id the cache is keyed on alive
@@ -51,6 +51,10 @@ class _Template:
         for kind in node.kind_of:
             self.counts[kind] = self.counts.get(kind, 0) + 1
         self.partial: list[tuple[Kind, int, int]] = []
+        # GPU by index on a schedulable node (empty otherwise): read-only, shared.
+        self.by_index: dict[int, GpuState] = (
+            {g.index: g for g in node.gpus} if node.schedulable else {}
+        )
         if node.schedulable:
             for p, gpu in enumerate(node.gpus):
                 kind, mem, comp = node.kind_of[p], node.mem[p], node.comp[p]
@@ -77,6 +81,7 @@ def _template(state: NodeState) -> _Template:
 class FreeCapacity:
     def __init__(self, nodes: tuple[NodeState, ...]) -> None:
         templates = [_template(n) for n in nodes]
+        self._by_index = {t.node.name: t.by_index for t in templates}
         self._nodes = [_Node.copy_of(t.node, pos) for pos, t in enumerate(templates)]
         self._by_name = {n.name: n for n in self._nodes}
         per_node: dict[Kind, int] = {}
@@ -376,6 +381,10 @@ class FreeCapacity:
 
     def node_gpus(self, node: str) -> tuple[GpuState, ...]:
         return self._by_name[node].gpus
+
+    def gpus_by_index(self, node: str) -> dict[int, GpuState]:
+        """The node's GPUs by index; empty for an unknown or unschedulable node. Read-only."""
+        return self._by_index.get(node, {})
 
     def is_schedulable(self, node: str) -> bool:
         n = self._by_name.get(node)

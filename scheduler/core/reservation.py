@@ -32,11 +32,24 @@ def occupant_of(job: Any, node: str, gpu_indices: tuple[int, ...], end: float) -
     return Occupant(end, node, gpu_indices, job.gpus, job.gpu_memory_mb, job.gpu_compute_percent)
 
 
+# Occupant of each running job seen lately, by (id of the frozen RunningJob, predictions):
+# drivers that keep RunningJob objects across cycles (the simulator) reuse them.
+_OCCUPANTS: dict[tuple[int, bool], tuple[RunningJob, Occupant]] = {}
+_OCCUPANTS_MAX = 1 << 16
+
+
 def running_occupants(running: tuple[RunningJob, ...], *, use_predictions: bool) -> list[Occupant]:
-    return [
-        occupant_of(r, r.node, r.gpu_indices, r.expected_end if use_predictions else r.limit_end)
-        for r in running
-    ]
+    if len(_OCCUPANTS) >= _OCCUPANTS_MAX:
+        _OCCUPANTS.clear()
+    out = []
+    for r in running:
+        key = (id(r), use_predictions)
+        hit = _OCCUPANTS.get(key)
+        if hit is None or hit[0] is not r:
+            end = r.expected_end if use_predictions else r.limit_end
+            hit = _OCCUPANTS[key] = (r, occupant_of(r, r.node, r.gpu_indices, end))
+        out.append(hit[1])
+    return out
 
 
 def earliest_start(
@@ -115,10 +128,14 @@ def _gang_sweep(
         node, idx = where
         gpus = gpus_of.get(node)
         if gpus is None:
-            ok = cap.is_schedulable(node)
-            gpus = gpus_of[node] = {g.index: g for g in cap.node_gpus(node)} if ok else {}
+            gpus = gpus_of[node] = cap.gpus_by_index(node)
         held = gpus.get(idx)
-        if held is None or not eligible(node, held):
+        if held is None:
+            continue
+        ok = kind_ok.get((held.model, held.memory_mb))
+        if ok is None:
+            ok = eligible(node, held)
+        if not ok:
             continue
         if where not in gang:
             mem, comp = cap.free_on(node, idx)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from hypothesis import HealthCheck, given, settings
@@ -97,3 +98,21 @@ def test_gang_sweep_matches_the_occupant_lists(snapshot: Snapshot, booked: int) 
     for job in gangs:
         expected = _reference(job, cap, occupants, snapshot.now)
         assert earliest_start(job, cap, occupants, snapshot.now) == expected
+
+
+@settings(max_examples=30, deadline=None)
+@given(snapshot=snapshots(max_nodes=4, max_pending=2), predictions=st.booleans())
+def test_running_occupants_reused_across_cycles_match_fresh_ones(
+    snapshot: Snapshot, predictions: bool
+) -> None:
+    def fresh(running: tuple) -> list[Occupant]:
+        return [
+            occupant_of(r, r.node, r.gpu_indices, r.expected_end if predictions else r.limit_end)
+            for r in running
+        ]
+
+    first = running_occupants(snapshot.running, use_predictions=predictions)
+    again = running_occupants(snapshot.running, use_predictions=predictions)
+    assert first == again == fresh(snapshot.running)
+    later = tuple(replace(r, started_at=r.started_at + 100.0) for r in snapshot.running)
+    assert running_occupants(later, use_predictions=predictions) == fresh(later)
