@@ -19,8 +19,6 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import lru_cache
 from typing import Any
 
-import numpy as np
-
 from scheduler.core.admission import FleetProfile
 from scheduler.core.explain import why_waiting
 from scheduler.core.model import (
@@ -38,66 +36,9 @@ from scheduler.core.placement import Choice, FreeCapacity
 from scheduler.core.preemption import choose_victims, qos_rank
 from scheduler.core.quota import QuotaLedger
 from scheduler.core.reservation import earliest_start, occupant_of, running_occupants
+from scheduler.policies.cycle_parts import HeldReservation, QueueRest, duration
 
 VictimRule = Callable[[PendingJob, RunningJob], str | None]
-
-
-def duration(seconds: float) -> str:
-    """'2h 05m', '45m', '30s': short enough for a reason sentence."""
-    seconds = max(0, int(round(seconds)))
-    if seconds >= 86400:
-        return f"{seconds // 86400}d {seconds % 86400 // 3600}h"
-    if seconds >= 3600:
-        return f"{seconds // 3600}h {seconds % 3600 // 60:02d}m"
-    if seconds >= 60:
-        return f"{seconds // 60}m"
-    return f"{seconds}s"
-
-
-class _Held:
-    """A reservation, with the free parts of its GPUs booked so long jobs go elsewhere."""
-
-    def __init__(
-        self,
-        job_id: int,
-        node: str,
-        start: float,
-        gpu_indices: tuple[int, ...],
-        *,
-        cache: bool = True,
-    ):
-        self.job_id, self.node, self.start, self.gpu_indices = job_id, node, start, gpu_indices
-        self.cache = cache
-        self.amounts: dict[int, tuple[int, int]] = {}
-        # Request shapes that found no room on the reserved node, valid while the node's
-        # capacity stays as it was after the last hold (its version).
-        self._fails: set[tuple[Any, ...]] = set()
-        self._version = -1
-
-    def hold(self, cap: FreeCapacity) -> None:
-        self.amounts = {i: cap.hold(self.node, i) for i in self.gpu_indices}
-
-    def empty(self) -> bool:
-        """Whether the reserved GPUs had nothing free to hold."""
-        return not any(mem or comp for mem, comp in self.amounts.values())
-
-    def fit_inside(self, cap: FreeCapacity, job: Any) -> Choice | None:
-        """Place a job that ends before the reservation on the reserved node (GPUs included)."""
-        shape = FreeCapacity.shape(job)
-        if cap.node_version(self.node) != self._version:
-            self._fails.clear()
-        elif shape in self._fails:
-            return None
-        for i, amount in self.amounts.items():
-            cap.unhold(self.node, i, amount)
-        choice = cap.best_fit_on(job, self.node)
-        if choice is not None:
-            cap.take(job, *choice)
-        self.hold(cap)
-        if choice is None and self.cache:
-            self._fails.add(shape)
-            self._version = cap.node_version(self.node)
-        return choice
 
 
 @lru_cache(maxsize=1 << 16)
@@ -144,7 +85,7 @@ class Cycle:
         self._waits: dict[int, tuple[PendingJob, str, Any]] = {}
         self._placed: list = []
         self._preempted: set[int] = set()
-        self._reservation: _Held | None = None
+        self._reservation: HeldReservation | None = None
         self._blocked_by: int | None = None
         self._preempt_fails: set[tuple[Any, ...]] = set()
         self._profile: FleetProfile | None = None
@@ -202,7 +143,7 @@ class Cycle:
         once, with the same waits `consider` would give them."""
         jobs = list(jobs)
         may_settle = self.fast and self._may_settle()
-        rest: _Rest | None = None
+        rest: QueueRest | None = None
         checked = -1
         for i, job in enumerate(jobs):
             self.consider(job)
@@ -210,7 +151,7 @@ class Cycle:
                 continue
             checked = self.cap.version
             if i + 1 < len(jobs) and self._settled_now():
-                rest = rest or _Rest(jobs)
+                rest = rest or QueueRest(jobs)
                 if self._settled_for(rest, i + 1):
                     self._wait_rest(jobs[i + 1 :])
                     return
@@ -237,7 +178,7 @@ class Cycle:
             callable(self.reserve_rule) or self.reserve_rule
         )
 
-    def _settled_for(self, rest: _Rest, i: int) -> bool:
+    def _settled_for(self, rest: QueueRest, i: int) -> bool:
         """Whether no job from position i on can start now (given `_settled_now`)."""
         if self._blocked_by is not None:
             return True
@@ -332,7 +273,7 @@ class Cycle:
         node, start, indices = found
         reservation = Reserve(job.id, node, start, indices)
         self.reserves.append(reservation)
-        self._reservation = _Held(job.id, node, start, indices, cache=self.fast)
+        self._reservation = HeldReservation(job.id, node, start, indices, cache=self.fast)
         self._reservation.hold(self.cap)
         self._waits[job.id] = (job, "reserved", reservation)
         return reservation
@@ -485,38 +426,6 @@ class Cycle:
                 )
             text += suffix
         return Wait(job.id, text)
-
-
-class _Rest:
-    """Per position in a queue, what the jobs from there on need at least: whole GPUs
-    (a fraction counts one), and whether any is a fraction; the same among those that
-    end before a reservation starts."""
-
-    def __init__(self, jobs: list[PendingJob]) -> None:
-        n = len(jobs)
-        gpus = np.fromiter([j.gpus for j in jobs], np.int64, n)
-        limits = np.fromiter([j.time_limit for j in jobs], float, n)
-        # Suffix minima / any, as Python values (the comparisons stay those of floats/ints).
-        self._gpus, self._limits = gpus, limits
-        self.need = np.minimum.accumulate(np.maximum(gpus, 1)[::-1])[::-1].tolist()
-        self.fraction = np.logical_or.accumulate((gpus == 0)[::-1])[::-1].tolist()
-        self._ending: tuple[float, float, list[int], list[bool]] | None = None
-
-    def ending_by(self, now: float, start: float) -> tuple[list[int], list[bool]]:
-        """Among the jobs from each position on that end by `start` when started at `now`:
-        the fewest whole GPUs any needs (a fraction counts one; none: more than any node),
-        and whether any is a fraction."""
-        if self._ending is None or self._ending[:2] != (now, start):
-            short = now + self._limits <= start
-            need = np.where(short, np.maximum(self._gpus, 1), np.iinfo(np.int64).max)
-            fraction = short & (self._gpus == 0)
-            self._ending = (
-                now,
-                start,
-                np.minimum.accumulate(need[::-1])[::-1].tolist(),
-                np.logical_or.accumulate(fraction[::-1])[::-1].tolist(),
-            )
-        return self._ending[2], self._ending[3]
 
 
 def cycle_may_preempt(settings: Mapping[str, Any], guarantees: bool) -> bool:
