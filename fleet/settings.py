@@ -199,6 +199,9 @@ CELERY_TIMEZONE = TIME_ZONE
 # reserved for it meanwhile.
 FLEET_JOB_GRACE = float(env("FLEET_JOB_GRACE", "30"))
 
+# Seconds the control side keeps a finished job's stored output (30 days).
+FLEET_LOG_RETENTION = float(env("FLEET_LOG_RETENTION", str(30 * 86400)))
+
 # Submission limits (see fleet/services/jobs.py).
 FLEET_MAX_COMMAND_BYTES = int(env("FLEET_MAX_COMMAND_BYTES", "16384"))
 FLEET_MAX_ENV_BYTES = int(env("FLEET_MAX_ENV_BYTES", "32768"))

@@ -124,4 +124,8 @@ def reap_nodes() -> dict[str, int]:
 
 @app.task(name="fleet.tasks.telemetry_rollup", time_limit=300, soft_time_limit=280)
 def telemetry_rollup() -> dict[str, int]:
-    return telemetry.telemetry_rollup()
+    """The periodic housekeeping of history: telemetry rollups and retention, and the
+    retention of stored job output."""
+    result = telemetry.telemetry_rollup()
+    result["log_chunks_pruned"] = telemetry_logs.log_prune()
+    return result

@@ -13,10 +13,13 @@ from __future__ import annotations
 import base64
 import logging
 import os
+from datetime import datetime, timedelta
 
 from django.conf import settings
+from django.utils import timezone
 
 from fleet.models import Job, JobLogChunk, Node
+from fleet.models.jobs import FINAL_STATES
 
 log = logging.getLogger(__name__)
 
@@ -59,3 +62,15 @@ def log_chunk_store(
         ignore_conflicts=True,
     )
     return True
+
+
+def log_retention() -> timedelta:
+    return timedelta(seconds=float(settings.FLEET_LOG_RETENTION))
+
+
+def log_prune(*, now: datetime | None = None) -> int:
+    """Delete the stored output of jobs that finished longer than FLEET_LOG_RETENTION ago
+    (30 days by default), so the table stays bounded; the job rows and events stay."""
+    cutoff = (now or timezone.now()) - log_retention()
+    old = Job.objects.filter(state__in=FINAL_STATES, finished_at__lt=cutoff)
+    return JobLogChunk.objects.filter(job__in=old).delete()[0]

@@ -116,3 +116,20 @@ def test_only_owner_team_admins_and_staff_read_logs(
         assert response.json()["data"] == "secret output\n"
     else:
         assert "secret" not in response.content.decode()
+
+
+def test_output_of_long_finished_jobs_is_pruned(node: Node, job: Job, settings: Any) -> None:
+    from datetime import timedelta
+
+    from django.utils import timezone
+
+    from fleet.services.telemetry_logs import log_prune
+
+    store(node, job, 0, b"kept while the job is recent\n")
+    job_report_apply(node=node, job_id=job.pk, attempt=1, state="succeeded", exit_code=0)
+    settings.FLEET_LOG_RETENTION = 3600
+    assert log_prune() == 0
+    assert JobLogChunk.objects.filter(job=job).count() == 1
+    assert log_prune(now=timezone.now() + timedelta(hours=2)) == 1
+    assert not JobLogChunk.objects.filter(job=job).exists()
+    assert Job.objects.filter(pk=job.pk, state="succeeded").exists()
