@@ -85,9 +85,13 @@ class Agent:
             return set()
         return set(lines[-STARTED_MEMORY:])
 
-    def _mark_started(self, key: JobKey) -> bool:
-        """Remember the attempt before starting it; False if it was started before."""
-        token = f"{key[0]}.{key[1]}"
+    def _mark_started(self, key: JobKey, dispatch: Any = None) -> bool:
+        """Remember the attempt before starting it; False if it was started before.
+
+        `dispatch` names the control side's dispatch (its time); with it, a start for the
+        same job id and attempt from another dispatch (a control side whose database was
+        reset reuses ids) is a new start, while a redelivered message is not."""
+        token = f"{key[0]}.{key[1]}" + (f"@{dispatch}" if dispatch else "")
         if token in self._started:
             return False
         self._started.add(token)
@@ -102,7 +106,7 @@ class Agent:
         with self._lock:
             if key in self.executor.handles:
                 return self.executor.handles[key].pid
-            if not self._mark_started(key):
+            if not self._mark_started(key, spec.get("dispatch")):
                 logger.info("attempt %s.%s was started here before; not again", *key)
                 return None
             job = JobSpec(

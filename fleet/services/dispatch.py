@@ -23,6 +23,9 @@ def start_spec(job: Job) -> dict[str, Any]:
         "gpu_compute_percent": job.gpu_compute_percent,
         # The control side keeps stopped jobs' GPUs reserved for this long (releases.py).
         "grace": settings.FLEET_JOB_GRACE,
+        # Tells a redelivered start (same dispatch) from a new one that reuses the job id
+        # and attempt (a control side whose database was reset).
+        "dispatch": f"{job.assigned_at.timestamp():.6f}" if job.assigned_at else None,
     }
 
 

@@ -71,6 +71,24 @@ def test_a_start_delivered_twice_starts_once_even_after_the_job_ended(
     assert sent.reports() == [(7, 1, "running"), (7, 1, "succeeded")]
 
 
+def test_a_new_dispatch_that_reuses_a_job_id_and_attempt_starts_again(
+    tmp_path: Path, sent: Sent
+) -> None:
+    """A control side whose database was reset numbers jobs from 1 again: its dispatch
+    token differs, so the agent starts the job instead of taking it for a redelivery."""
+    agent = make_agent(tmp_path, sent)
+    runs = tmp_path / "runs"
+    first = {"command": f"echo first >> {runs}", "dispatch": "1764486400.000001"}
+    agent.start_job(3, 1, first)
+    until(agent, lambda: (3, 1, "succeeded") in sent.reports())
+    assert agent.start_job(3, 1, first) is None  # the same dispatch, redelivered
+    restarted = make_agent(tmp_path, sent)
+    second = {"command": f"echo second >> {runs}", "dispatch": "1764490000.000002"}
+    assert restarted.start_job(3, 1, second) is not None
+    until(restarted, lambda: sent.reports().count((3, 1, "succeeded")) == 2)
+    assert runs.read_text() == "first\nsecond\n"
+
+
 def test_a_job_that_cannot_start_is_reported_failed_with_the_reason(
     tmp_path: Path, sent: Sent
 ) -> None:
