@@ -70,8 +70,12 @@ class LogShipper:
         tmp.write_text(json.dumps([[k[0], k[1], off] for k, off in self._offsets.items()]))
         os.replace(tmp, self.state_file)
 
-    def watch(self, key: JobKey, log_path: str) -> None:
+    def watch(self, key: JobKey, log_path: str, *, fresh: bool = False) -> None:
+        """Follow an attempt's log file. `fresh`: a new start, shipped from its first byte
+        (an adopted attempt resumes from the offset saved before the agent restarted)."""
         with self._lock:
+            if fresh or self._paths.get(key) not in (None, log_path):
+                self._offsets[key] = 0
             self._paths[key] = log_path
             self._offsets.setdefault(key, 0)
 

@@ -109,11 +109,14 @@ class Agent:
             if not self._mark_started(key, spec.get("dispatch")):
                 logger.info("attempt %s.%s was started here before; not again", *key)
                 return None
+            # One file per dispatch: a reused job id and attempt never appends to old output.
+            dispatch = spec.get("dispatch")
+            log_name = f"{job_id}.{attempt}" + (f"-{dispatch}" if dispatch else "") + ".log"
             job = JobSpec(
                 job_id=job_id,
                 attempt=int(attempt),
                 command=str(spec["command"]),
-                log_path=str(self.config.state_dir / "logs" / f"{job_id}.{attempt}.log"),
+                log_path=str(self.config.state_dir / "logs" / log_name),
                 env={str(k): str(v) for k, v in (spec.get("env") or {}).items()},
                 workdir=spec.get("workdir") or None,
                 gpu_indices=tuple(int(i) for i in spec.get("gpu_indices") or ()),
@@ -131,7 +134,7 @@ class Agent:
                      "pid": None, "exit_code": None, "reason": str(exc)}
                 )  # fmt: skip
                 return None
-            self.logs.watch(key, job.log_path)
+            self.logs.watch(key, job.log_path, fresh=True)
             return pid
 
     def stop_job(self, job_id: Any, attempt: int, reason: str = "") -> bool:

@@ -87,6 +87,9 @@ def test_a_new_dispatch_that_reuses_a_job_id_and_attempt_starts_again(
     assert restarted.start_job(3, 1, second) is not None
     until(restarted, lambda: sent.reports().count((3, 1, "succeeded")) == 2)
     assert runs.read_text() == "first\nsecond\n"
+    # Each dispatch has its own log file: the second never appends to the first's output.
+    logs = sorted((tmp_path / "logs").glob("3.1-*.log"))
+    assert len(logs) == 2
 
 
 def test_a_job_that_cannot_start_is_reported_failed_with_the_reason(
