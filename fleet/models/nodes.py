@@ -22,6 +22,9 @@ class Node(models.Model):
     # "nvml" or "simulated": the UI and API say plainly when a node's GPUs are simulated.
     gpu_backend = models.CharField(max_length=20, blank=True)
     heartbeat_timeout = models.PositiveIntegerField(default=30, help_text="Seconds.")
+    # An admin's drain, kept apart from liveness: a draining node that goes down and comes
+    # back is still draining.
+    drain_requested = models.BooleanField(default=False)
     # SHA-256 of the node's agent key (`manage.py add_node NAME` prints the key once). Every
     # message an agent sends carries the key; the control side refuses a wrong one.
     key_hash = models.CharField(max_length=64, blank=True, editable=False)

@@ -117,8 +117,10 @@ def _sync_gpus(node: Node, gpus: Sequence[dict[str, Any]]) -> None:
 
 def _node_seen(node: Node, now: datetime) -> None:
     Node.objects.filter(pk=node.pk).update(last_heartbeat=now)
-    came_back = Node.objects.filter(pk=node.pk, state=NodeState.DOWN).update(
-        state=NodeState.UP, state_reason=""
+    down = Node.objects.filter(pk=node.pk, state=NodeState.DOWN)
+    came_back = down.filter(drain_requested=False).update(state=NodeState.UP, state_reason="")
+    came_back += down.filter(drain_requested=True).update(
+        state=NodeState.DRAINING, state_reason="back from down; still draining"
     )
     if came_back:
         log.info("node %s is up", node.name)

@@ -15,7 +15,8 @@ def node_drain(*, node: Node, user: Any, reason: str = "") -> Node:
         raise Conflict(f"Node {node.name} is down; only an up node can be drained.")
     node.state = NodeState.DRAINING
     node.state_reason = reason or f"drained by {user.get_username()}"
-    node.save(update_fields=["state", "state_reason"])
+    node.drain_requested = True
+    node.save(update_fields=["state", "state_reason", "drain_requested"])
     messaging.request_schedule()
     return node
 
@@ -27,6 +28,7 @@ def node_resume(*, node: Node, user: Any) -> Node:
         )
     node.state = NodeState.UP
     node.state_reason = ""
-    node.save(update_fields=["state", "state_reason"])
+    node.drain_requested = False
+    node.save(update_fields=["state", "state_reason", "drain_requested"])
     messaging.request_schedule()
     return node

@@ -267,3 +267,19 @@ def test_a_running_job_its_node_stops_listing_is_lost_after_the_grace(
     assert (lost.state, lost.requeues) == ("pending", 1)
     assert "no longer runs it" in lost.state_reason
     assert Job.objects.get(pk=kept.pk).state == "running"
+
+
+def test_a_draining_node_that_went_down_comes_back_draining(node: Node, staff: Any) -> None:
+    from fleet.services.nodes import node_drain, node_resume
+
+    node_drain(node=node, user=staff, reason="disk swap")
+    later = timezone.now() + timedelta(seconds=node.heartbeat_timeout + 5)
+    nodes_reap(now=later)
+    node.refresh_from_db()
+    assert node.state == "down"
+    agent_heartbeat(node=node, running=[], now=later)
+    node.refresh_from_db()
+    assert node.state == "draining"
+    node_resume(node=node, user=staff)
+    node.refresh_from_db()
+    assert (node.state, node.drain_requested) == ("up", False)
