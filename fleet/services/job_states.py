@@ -110,6 +110,28 @@ SCHEDULER = Actor(ActorKind.SCHEDULER, "scheduler")
 SYSTEM = Actor(ActorKind.SYSTEM, "system")
 
 
+def _changes(action: str, *, attempt: int, requeues: int, reason: str, now: Any) -> dict[str, Any]:
+    """The columns a transition writes besides its caller's own fields (one definition for
+    the single and the batched path)."""
+    transition = TRANSITIONS[action]
+    update: dict[str, Any] = {
+        "state": transition.target,
+        "state_reason": reason[:1000],
+        "updated_at": now,
+    }
+    if action == "dispatch":
+        update.update(attempt=attempt + 1, assigned_at=now)
+    elif action == "start":
+        update["started_at"] = now
+    if transition.target == S.PENDING and action != "release":
+        update.update(_PLACEMENT_RESET)
+        if action in REQUEUING:
+            update["requeues"] = requeues + 1
+    elif transition.target in ENDING:
+        update["finished_at"] = now
+    return update
+
+
 def job_transition(
     *,
     job_id: int,
@@ -152,19 +174,10 @@ def job_transition(
                 {"state": current["state"], "action": action},
             )
         expected_attempt = current["attempt"]
-        update: dict[str, Any] = {"state": transition.target, "state_reason": reason[:1000]}
-        if action == "dispatch":
-            update.update(attempt=expected_attempt + 1, assigned_at=now)
-        elif action == "start":
-            update["started_at"] = now
-        if transition.target == S.PENDING and action != "release":
-            update.update(_PLACEMENT_RESET)
-            if action in REQUEUING:
-                update["requeues"] = current["requeues"] + 1
-        elif transition.target in ENDING:
-            update["finished_at"] = now
+        update = _changes(
+            action, attempt=expected_attempt, requeues=current["requeues"], reason=reason, now=now
+        )
         update.update(extra)
-        update["updated_at"] = now
         updated = Job.objects.filter(
             id=job_id, state=current["state"], attempt=expected_attempt
         ).update(**update)
@@ -217,19 +230,13 @@ def job_dispatch_many(*, dispatches: list[Dispatch], actor: Actor) -> list[Job]:
     now = timezone.now()
     moved: list[Dispatch] = []
     for d in dispatches:
+        update = _changes("dispatch", attempt=d.attempt, requeues=0, reason=d.reason, now=now)
+        update.update(
+            node_id=d.node_id, gpu_indices=list(d.gpu_indices), queue_position=None, eta=None
+        )
         updated = Job.objects.filter(
             id=d.job_id, state__in=transition.sources, attempt=d.attempt
-        ).update(
-            state=transition.target,
-            state_reason=d.reason[:1000],
-            attempt=d.attempt + 1,
-            assigned_at=now,
-            node_id=d.node_id,
-            gpu_indices=list(d.gpu_indices),
-            queue_position=None,
-            eta=None,
-            updated_at=now,
-        )
+        ).update(**update)
         if updated == 1:
             moved.append(d)
     JobEvent.objects.bulk_create(
