@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -26,7 +26,8 @@ class JobSpec:
     its measured GPU memory is enforced (see `Supervisor`). `time_limit` is in seconds
     (None: no limit). `grace` is the time between SIGTERM and SIGKILL when the job is
     stopped for any reason; the job sees it as FLEET_PREEMPT_GRACE. `log_path` receives
-    stdout and stderr, capped at `log_cap_bytes`.
+    stdout and stderr, capped at `log_cap_bytes`. `user` and `team` (the owner's username
+    and the team's slug) choose the local account the job runs as (see `JobAccounts`).
     """
 
     job_id: Any
@@ -41,6 +42,8 @@ class JobSpec:
     gpu_compute_percent: int | None = None
     grace: float = DEFAULT_GRACE_S
     log_cap_bytes: int = DEFAULT_LOG_CAP_BYTES
+    user: str | None = None
+    team: str | None = None
 
     @property
     def key(self) -> JobKey:
@@ -51,9 +54,60 @@ class JobSpec:
         return self.gpu_memory_mb is not None or self.gpu_compute_percent is not None
 
 
-def job_environment(spec: JobSpec, base_env: Mapping[str, str] | None = None) -> dict[str, str]:
-    """Base environment, then the job's own variables, then what fleet sets (which wins, so
-    a job cannot pose as another job or widen its GPUs).
+# What a job may inherit from the agent's environment: where programs and libraries are,
+# language and time zone, and what the GPU driver and CUDA need. Everything else the agent
+# holds (the broker URL, its node key, FLEET_* settings) stays with the agent. A name ending
+# in "*" allows every name with that prefix.
+JOB_ENV_ALLOW: tuple[str, ...] = (
+    "PATH",
+    "LANG",
+    "LANGUAGE",
+    "LC_*",
+    "TZ",
+    "TMPDIR",
+    "LD_LIBRARY_PATH",
+    "CUDA_HOME",
+    "CUDA_PATH",
+    "NVIDIA_DRIVER_CAPABILITIES",
+    "NVIDIA_VISIBLE_DEVICES",
+)
+# Never passed from the agent to a job, whatever an admin adds to the allow-list.
+NEVER_INHERITED = frozenset(
+    {"REDIS_URL", "CELERY_BROKER_URL", "CELERY_RESULT_BACKEND", "DATABASE_URL", "SECRET_KEY"}
+)
+ACCOUNT_VARIABLES = ("HOME", "USER", "LOGNAME", "SHELL")
+
+
+def _allowed(name: str, allow: Sequence[str]) -> bool:
+    if name in NEVER_INHERITED or name.startswith("FLEET_"):
+        return False
+    return any(name.startswith(a[:-1]) if a.endswith("*") else name == a for a in allow)
+
+
+def inherited_environment(
+    base_env: Mapping[str, str] | None = None, allow: Sequence[str] = ()
+) -> dict[str, str]:
+    """The part of the agent's environment (default: os.environ) a job inherits: the names
+    in JOB_ENV_ALLOW and `allow` (FLEET_JOB_ENV_ALLOW), never fleet's own secrets or
+    settings (NEVER_INHERITED, FLEET_*)."""
+    names = (*JOB_ENV_ALLOW, *allow)
+    source = os.environ if base_env is None else base_env
+    return {k: v for k, v in source.items() if _allowed(k, names)}
+
+
+def job_environment(
+    spec: JobSpec,
+    base_env: Mapping[str, str] | None = None,
+    *,
+    allow: Sequence[str] = (),
+    account: Mapping[str, str] | None = None,
+) -> dict[str, str]:
+    """What the job's process sees, in layers, each overriding the one before:
+
+    1. the allow-listed part of the agent's environment (see `inherited_environment`);
+    2. `account`: HOME, USER, LOGNAME and SHELL of the account the job runs as;
+    3. the job's own variables;
+    4. what fleet sets, so a job cannot pose as another job or widen its GPUs.
 
     CUDA_VISIBLE_DEVICES lists the assigned NVML indices, and CUDA_DEVICE_ORDER=PCI_BUS_ID
     makes CUDA number GPUs the way NVML and nvidia-smi do (CUDA's default order is
@@ -61,7 +115,8 @@ def job_environment(spec: JobSpec, base_env: Mapping[str, str] | None = None) ->
     and work the same on simulated nodes. A job with no GPUs gets an empty list, so it sees
     none.
     """
-    env = dict(os.environ if base_env is None else base_env)
+    env = inherited_environment(base_env, allow)
+    env.update(account or {})
     env.update({str(k): str(v) for k, v in spec.env.items()})
     env.update(
         {
