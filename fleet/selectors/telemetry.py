@@ -7,10 +7,12 @@ from typing import Any
 
 from django.core.cache import cache
 from django.utils import timezone
+from django.utils.dateparse import parse_datetime
 
 from fleet.models import Gpu, Job, JobLogChunk, Node, TelemetryRollup, TelemetrySample
 from fleet.models.jobs import ACTIVE_STATES
-from fleet.services.telemetry import LATEST_KEY, raw_retention
+from fleet.services.telemetry import LATEST_KEY, raw_retention, telemetry_refused_key
+from fleet.services.telemetry_checks import BOUNDS, value_ok
 
 POINT_FIELDS = ("util_percent", "memory_used_mb", "memory_total_mb", "temperature_c", "power_w")
 LOG_READ_BYTES = 65536
@@ -25,7 +27,53 @@ def gpu_latest_samples(gpus: list[Gpu]) -> dict[str, dict[str, Any]]:
         found = cache.get_many(list(keys))
     except Exception:
         return {}
-    return {keys[k]: v for k, v in found.items()}
+    clean = {keys[k]: _shown_sample(v) for k, v in found.items()}
+    return {uuid: sample for uuid, sample in clean.items() if sample is not None}
+
+
+def _shown_sample(sample: Any) -> dict[str, Any] | None:
+    """A cached sample as readers may show it: values outside their range (cached by an
+    older version, or by hand) become None; a sample without a readable time is left out."""
+    if not isinstance(sample, dict):
+        return None
+    at = sample.get("sampled_at")
+    try:
+        if not isinstance(at, str) or parse_datetime(at) is None:
+            return None
+    except ValueError:
+        return None
+    shown = dict(sample)
+    for name in BOUNDS:
+        if name in shown and not value_ok(name, shown[name]):
+            shown[name] = None
+    for name in ("processes", "throttle_reasons"):
+        if not isinstance(shown.get(name, []), list):
+            shown[name] = []
+    return shown
+
+
+def telemetry_refused(*, node: Node) -> dict[str, int]:
+    """How many telemetry readings of `node` were refused, by the field that was wrong,
+    with `total`; empty when none were (or the cache is unavailable)."""
+    try:
+        counts = cache._cache.get_client().hgetall(telemetry_refused_key(node.name))  # type: ignore[attr-defined]
+    except Exception:
+        return {}
+    return {k.decode(): int(v) for k, v in counts.items()}
+
+
+def _shown_point(point: dict[str, Any]) -> dict[str, Any]:
+    """A stored history point with values outside their range (stored by an older
+    version) replaced by None, so a chart or the API never meets Infinity or NaN."""
+    for name, value in point.items():
+        bounds = BOUNDS.get(name.removesuffix("_max"))
+        if (
+            bounds is not None
+            and value is not None
+            and not value_ok(name.removesuffix("_max"), value)
+        ):
+            point[name] = None
+    return point
 
 
 def telemetry_history(
@@ -52,13 +100,13 @@ def telemetry_history(
             gpu__in=gpus, sampled_at__gte=since, sampled_at__lte=until
         ).order_by("sampled_at")
         for r in rows.values("gpu_id", "sampled_at", *POINT_FIELDS):
-            points[r.pop("gpu_id")].append({"t": r.pop("sampled_at"), **r})
+            points[r.pop("gpu_id")].append(_shown_point({"t": r.pop("sampled_at"), **r}))
     else:
         rollups = TelemetryRollup.objects.filter(
             gpu__in=gpus, minute__gte=since, minute__lte=until
         ).order_by("minute")
         for r in rollups.values("gpu_id", "minute", "util_percent_max", *POINT_FIELDS):
-            points[r.pop("gpu_id")].append({"t": r.pop("minute"), **r})
+            points[r.pop("gpu_id")].append(_shown_point({"t": r.pop("minute"), **r}))
     return {
         "node": node.name,
         "resolution": "raw" if raw else "1m",

@@ -17,17 +17,29 @@ import json
 import logging
 import os
 import time
+from collections import Counter
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
 from django.conf import settings
 from django.core.cache import cache
-from django.db import transaction
-from django.db.models import Avg, Count, Max, Min
+from django.db import DatabaseError, transaction
+from django.db.models import Avg, Count, Max, Min, Q
 from django.db.models.functions import TruncMinute
 from django.utils import timezone
 
 from fleet.models import Gpu, Node, TelemetryRollup, TelemetrySample
+from fleet.services.telemetry_checks import (
+    BOUNDS,
+    MAX_ID,
+    MAX_JOBS,
+    MAX_SAMPLES,
+    Bounds,
+    Refused,
+    job_usage_check,
+    number,
+    sample_check,
+)
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +60,10 @@ LATEST_FIELDS = (
 )
 ROLLUP_LOOKBACK = timedelta(minutes=5)  # minutes re-rolled each round, for late samples
 BUFFER_KEY = "telemetry:buffer"
+# Per node, a Redis hash of how many readings were refused, by the field that was wrong.
+REFUSED_KEY = "telemetry:refused:{node}"
+REFUSED_LOGGED_KEY = "telemetry:refused-logged:{node}"
+REFUSED_TTL_S = 30 * 86400
 FLUSH_TIMER_KEY = "telemetry:flushed-recently"
 _GPU_MAP_TTL_S = 60.0
 _ROW = ("gpu_id", "sampled_at", "util_percent", "memory_used_mb", "memory_total_mb",
@@ -80,16 +96,19 @@ def _buffer_key() -> str:
     return cache.make_key(BUFFER_KEY)
 
 
-# uuid -> Gpu id per node, kept briefly in process memory: ingest runs for every tick of
-# every node, and GPUs change only when an agent registers.
-_gpu_ids: dict[int, tuple[float, dict[str, int]]] = {}
+# uuid -> (Gpu id, index) per node, kept briefly in process memory: ingest runs for every
+# tick of every node, and GPUs change only when an agent registers.
+_gpu_ids: dict[int, tuple[float, dict[str, tuple[int, int]]]] = {}
 
 
-def _gpu_map(node: Node, *, refresh: bool = False) -> dict[str, int]:
+def _gpu_map(node: Node, *, refresh: bool = False) -> dict[str, tuple[int, int]]:
     cached = _gpu_ids.get(node.pk)
     if cached and not refresh and time.monotonic() - cached[0] < _GPU_MAP_TTL_S:
         return cached[1]
-    mapping = dict(Gpu.objects.filter(node=node).values_list("uuid", "id"))
+    mapping = {
+        uuid: (pk, index)
+        for uuid, pk, index in Gpu.objects.filter(node=node).values_list("uuid", "id", "index")
+    }
     _gpu_ids[node.pk] = (time.monotonic(), mapping)
     return mapping
 
@@ -101,41 +120,95 @@ def _when(value: Any, default: datetime) -> datetime:
         return default
 
 
-def telemetry_ingest(*, node: Node, payload: dict[str, Any], now: datetime | None = None) -> int:
+def telemetry_refused_key(node_name: str) -> str:
+    return cache.make_key(REFUSED_KEY.format(node=node_name))
+
+
+def _count_refused(node: Node, refused: Counter[str], example: str) -> None:
+    """Add to the node's counters of refused readings (a Redis hash: one count per field
+    that was wrong, and `total`) and say so in the log, at most once a minute per node."""
+    total = sum(refused.values())
+    try:
+        with _redis().pipeline(transaction=False) as pipe:
+            key = telemetry_refused_key(node.name)
+            for field, n in refused.items():
+                pipe.hincrby(key, field, n)
+            pipe.hincrby(key, "total", total)
+            pipe.expire(key, REFUSED_TTL_S)
+            pipe.execute()
+        loud = cache.add(REFUSED_LOGGED_KEY.format(node=node.name), 1, timeout=60)
+    except Exception:
+        loud = True
+    (log.warning if loud else log.debug)(
+        "refused %d telemetry reading(s) of node %s (%s), e.g. %s",
+        total,
+        node.name,
+        ", ".join(f"{field}: {n}" for field, n in sorted(refused.items())),
+        example,
+    )
+
+
+def telemetry_ingest(*, node: Node, payload: Any, now: datetime | None = None) -> int:
     """Store one telemetry message of `node`; returns the number of GPU samples kept.
-    Samples for GPUs the node has not registered are dropped."""
+
+    Each reading is checked on its own (fleet/services/telemetry_checks.py): one that is
+    malformed, not finite, negative or out of range is refused and counted on the node
+    (`telemetry_refused` reads the counts), and the other readings of the message are
+    kept. Readings of GPUs the node has not registered are refused the same way."""
     now = now or timezone.now()
-    gpus = [g for g in payload.get("gpus") or [] if isinstance(g, dict) and g.get("uuid")]
+    refused: Counter[str] = Counter()
+    example = ""
+    if not isinstance(payload, dict) or not isinstance(payload.get("gpus") or [], list):
+        _count_refused(node, Counter(payload=1), "the message is not a telemetry payload")
+        return 0
+    raw = payload.get("gpus") or []
+    if len(raw) > MAX_SAMPLES:
+        refused["gpus"] += len(raw) - MAX_SAMPLES
+        example = f"gpus: more than {MAX_SAMPLES} readings in one message"
+        raw = raw[:MAX_SAMPLES]
+    samples = []
+    for item in raw:
+        try:
+            samples.append(sample_check(item, now_s=now.timestamp()))
+        except Refused as exc:
+            refused[exc.field] += 1
+            example = example or str(exc)
     ids = _gpu_map(node)
-    if any(g["uuid"] not in ids for g in gpus):
+    if any(g["uuid"] not in ids for g in samples):
         ids = _gpu_map(node, refresh=True)
+    backend = payload.get("backend")
+    backend = backend[:20] if isinstance(backend, str) else ""
     latest: dict[str, dict[str, Any]] = {}
     rows = []
-    for g in gpus:
-        gpu_id = ids.get(g["uuid"])
-        if gpu_id is None:
+    for g in samples:
+        if g["uuid"] not in ids:
+            refused["uuid"] += 1
+            example = example or f"uuid: {g['uuid'][:40]} is not a GPU of this node"
             continue
-        at = _when(g.get("sampled_at"), now)
-        entry = {name: g.get(name) for name in LATEST_FIELDS}
+        gpu_id, index = ids[g["uuid"]]
+        at = datetime.fromtimestamp(g["sampled_at"], tz=UTC)
+        entry = {name: g[name] for name in LATEST_FIELDS}
         entry.update(
-            index=g.get("index"),
-            sampled_at=at.isoformat(),
-            backend=payload.get("backend", ""),
-            processes=[
-                {"pid": p.get("pid"), "used_memory_mb": p.get("used_memory_mb"),
-                 "job_id": p.get("job_id")}
-                for p in g.get("processes") or []
-                if isinstance(p, dict)
-            ],
-        )  # fmt: skip
+            index=index, sampled_at=at.isoformat(), backend=backend, processes=g["processes"]
+        )
         latest[LATEST_KEY.format(uuid=g["uuid"])] = entry
-        row = [gpu_id, at.timestamp(), *(g.get(name) for name in _ROW[2:])]
-        row[4] = int(row[4] or 0)
-        rows.append(json.dumps(row))
-    usage = {
-        JOB_USAGE_KEY.format(job_id=job_id): value
-        for job_id, value in (payload.get("jobs") or {}).items()
-    }
+        rows.append(json.dumps([gpu_id, g["sampled_at"], *(g[name] for name in _ROW[2:])]))
+    usage: dict[str, Any] = {}
+    jobs = payload.get("jobs") or {}
+    if not isinstance(jobs, dict) or len(jobs) > MAX_JOBS:
+        refused["jobs"] += 1
+        example = example or "jobs: not a mapping of job ids to usage"
+        jobs = {}
+    for job_id, value in jobs.items():
+        try:
+            job_key, clean = job_usage_check(job_id, value)
+        except Refused as exc:
+            refused[exc.field] += 1
+            example = example or str(exc)
+            continue
+        usage[JOB_USAGE_KEY.format(job_id=job_key)] = clean
+    if refused:
+        _count_refused(node, refused, example)
     try:
         cache.set_many({**latest, **usage}, timeout=latest_ttl_s())
     except Exception:  # the cache is Redis: a live view goes stale, history is still written
@@ -155,9 +228,29 @@ def telemetry_ingest(*, node: Node, payload: dict[str, Any], now: datetime | Non
     return len(rows)
 
 
+def _buffered_sample(raw: Any, now: datetime) -> TelemetrySample | None:
+    """A buffered row as a sample, or None (logged) when it cannot be stored: rows are
+    checked again here because a buffer may hold rows an older version let in."""
+    try:
+        row = dict(zip(_ROW, json.loads(raw), strict=True))
+        gpu_id = number(row.pop("gpu_id"), Bounds(int, 1, MAX_ID), "gpu_id")
+        at = number(row.pop("sampled_at"), Bounds(float, 0, 2**32), "sampled_at")
+        values = {
+            name: None if value is None else number(value, BOUNDS[name], name)
+            for name, value in row.items()
+        }
+        if values["memory_total_mb"] is None:
+            raise Refused("memory_total_mb", "missing")
+    except (TypeError, ValueError) as exc:  # Refused and JSONDecodeError are ValueErrors
+        log.warning("dropped a buffered telemetry row that cannot be stored (%s)", exc)
+        return None
+    return TelemetrySample(gpu_id=gpu_id, sampled_at=_when(at, now), **values)
+
+
 def telemetry_flush(*, max_rows: int = 20000) -> int:
     """Write buffered samples to the raw history in one transaction; returns the rows
-    written. Rows of GPUs that no longer exist (re-registered meanwhile) are dropped."""
+    written. Rows of GPUs that no longer exist (re-registered meanwhile) and rows that
+    cannot be stored are dropped; one bad row never costs the others of the batch."""
     key = _buffer_key()
     client = _redis()
     with client.pipeline(transaction=True) as pipe:
@@ -166,25 +259,48 @@ def telemetry_flush(*, max_rows: int = 20000) -> int:
         raw, _ = pipe.execute()
     if not raw:
         return 0
-    rows = [dict(zip(_ROW, json.loads(r), strict=True)) for r in raw]
-    known = set(Gpu.objects.filter(pk__in={r["gpu_id"] for r in rows}).values_list("pk", flat=True))
     now = timezone.now()
-    samples = [
-        TelemetrySample(**(r | {"sampled_at": _when(r["sampled_at"], now)}))
-        for r in rows
-        if r["gpu_id"] in known
-    ]
-    with transaction.atomic():
-        TelemetrySample.objects.bulk_create(samples, batch_size=1000)
+    checked = [s for s in (_buffered_sample(r, now) for r in raw) if s is not None]
+    known = set(Gpu.objects.filter(pk__in={s.gpu_id for s in checked}).values_list("pk", flat=True))
+    samples = [s for s in checked if s.gpu_id in known]
+    try:
+        with transaction.atomic():
+            TelemetrySample.objects.bulk_create(samples, batch_size=1000)
+    except DatabaseError:
+        # A GPU deleted since the check above, or a value the database refuses: store the
+        # rows one by one and drop only those that fail.
+        log.warning("telemetry batch refused by the database; storing it row by row")
+        stored = 0
+        for sample in samples:
+            try:
+                with transaction.atomic():
+                    sample.pk = None
+                    sample.save(force_insert=True)
+                stored += 1
+            except DatabaseError as exc:
+                log.warning("dropped a telemetry row of gpu %s: %s", sample.gpu_id, exc)
+        return stored
     return len(samples)
+
+
+def _in_range(field: str) -> Q:
+    """Stored values of `field` an aggregate may use: rows an older version let in
+    (Infinity, NaN, negative or absurd values) are left out, not averaged in. In
+    PostgreSQL NaN sorts above every number, so the upper bound excludes it too."""
+    bounds = BOUNDS[field]
+    return Q(**{f"{field}__gte": bounds.low, f"{field}__lte": bounds.high})
 
 
 def telemetry_rollup(*, now: datetime | None = None) -> dict[str, int]:
     """Fold raw samples into one-minute rollups (the current minute waits until it is
     over; the last few minutes are folded again so late samples count), then delete raw
-    samples and rollups past their retention. Idempotent."""
+    samples and rollups past their retention. Idempotent. Stored values outside their
+    range are left out of the averages and maxima."""
     now = now or timezone.now()
-    telemetry_flush()
+    try:
+        telemetry_flush()
+    except Exception:  # the buffer's rows wait for the next round; fold what is stored
+        log.exception("telemetry flush failed; rolling up the stored samples")
     end = now.replace(second=0, microsecond=0)
     last = TelemetryRollup.objects.aggregate(m=Max("minute"))["m"]
     if last is None:
@@ -200,15 +316,15 @@ def telemetry_rollup(*, now: datetime | None = None) -> dict[str, int]:
             .values("gpu_id", "minute")
             .annotate(
                 n=Count("id"),
-                util=Avg("util_percent"),
-                util_max=Max("util_percent"),
-                mem=Avg("memory_used_mb"),
-                mem_max=Max("memory_used_mb"),
-                total=Max("memory_total_mb"),
-                temp=Avg("temperature_c"),
-                temp_max=Max("temperature_c"),
-                power=Avg("power_w"),
-                power_max=Max("power_w"),
+                util=Avg("util_percent", filter=_in_range("util_percent")),
+                util_max=Max("util_percent", filter=_in_range("util_percent")),
+                mem=Avg("memory_used_mb", filter=_in_range("memory_used_mb")),
+                mem_max=Max("memory_used_mb", filter=_in_range("memory_used_mb")),
+                total=Max("memory_total_mb", filter=_in_range("memory_total_mb")),
+                temp=Avg("temperature_c", filter=_in_range("temperature_c")),
+                temp_max=Max("temperature_c", filter=_in_range("temperature_c")),
+                power=Avg("power_w", filter=_in_range("power_w")),
+                power_max=Max("power_w", filter=_in_range("power_w")),
             )
         )
         rollups = [
@@ -227,6 +343,7 @@ def telemetry_rollup(*, now: datetime | None = None) -> dict[str, int]:
                 power_w_max=g["power_max"],
             )
             for g in groups
+            if g["total"] is not None  # no stored value is usable: nothing to fold
         ]
         TelemetryRollup.objects.bulk_create(
             rollups,

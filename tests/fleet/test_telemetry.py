@@ -51,14 +51,19 @@ def sim() -> tuple[Node, SimulatedGpuBackend, Clock]:
     return node, backend, clock
 
 
-def tick(node: Node, backend: SimulatedGpuBackend, job_by_pid: dict[int, Any] | None = None) -> int:
+def tick(
+    node: Node,
+    backend: SimulatedGpuBackend,
+    job_by_pid: dict[int, Any] | None = None,
+    now: datetime = T0,
+) -> int:
     payload = telemetry_payload(
         node_name=node.name,
         backend_name="simulated",
         samples=backend.sample(),
         job_by_pid=job_by_pid or {},
     )
-    return telemetry_ingest(node=node, payload=payload, now=T0)
+    return telemetry_ingest(node=node, payload=payload, now=now)
 
 
 def test_ingest_keeps_the_latest_sample_in_the_cache_and_appends_history(sim: Any) -> None:
@@ -131,7 +136,7 @@ def test_history_api_returns_raw_for_recent_ranges_and_rollups_for_old_ones(
     node, backend, clock = sim
     clock.now = (datetime.now(UTC) - timedelta(minutes=10)).timestamp()
     for _ in range(12):
-        tick(node, backend)
+        tick(node, backend, now=datetime.now(UTC))
         clock.now += 5
     telemetry_flush()
     url = f"/api/v1/nodes/{node.name}/telemetry/"
