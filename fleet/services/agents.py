@@ -92,16 +92,34 @@ def node_authenticate(*, name: str, key: str | None) -> Node | None:
 # -- registration and heartbeats ------------------------------------------------------------
 
 
-def _sync_gpus(node: Node, gpus: Sequence[dict[str, Any]]) -> None:
-    """Make the node's GPU rows match the inventory. A GPU is its uuid: one that moved to
-    another index or node is recreated there; model and memory are updated in place."""
+# The start of a node's state_reason while its registration names GPUs of other nodes.
+REFUSED_GPUS_REASON = "refused GPUs registered to another node"
+
+
+def _sync_gpus(node: Node, gpus: Sequence[dict[str, Any]]) -> list[str]:
+    """Make the node's GPU rows match the inventory; returns what was refused.
+
+    A GPU is its uuid: one that moved to another index of this node is recreated there;
+    model and memory are updated in place. A uuid that belongs to another node is refused
+    (that GPU's row and history stay as they are): a host cannot take another's GPU by
+    naming it. A GPU that really moved is released when its old node's agent registers
+    without it (agents register every minute) or when an admin deletes the old node or
+    that GPU's row; the new node's next registration then adds it."""
     wanted = {str(g["uuid"]): g for g in gpus}
-    rows = list(Gpu.objects.filter(Q(node=node) | Q(uuid__in=list(wanted))))
-    stale = [
-        r.pk
-        for r in rows
-        if r.uuid not in wanted or r.node_id != node.pk or r.index != int(wanted[r.uuid]["index"])
-    ]
+    rows = list(Gpu.objects.filter(Q(node=node) | Q(uuid__in=list(wanted))).select_related("node"))
+    refused = []
+    for row in rows:
+        if row.node_id != node.pk:
+            del wanted[row.uuid]
+            refused.append(f"{row.uuid} (node {row.node.name})")
+            log.warning(
+                "node %s registered GPU %s, which is registered to node %s: refused",
+                node.name,
+                row.uuid,
+                row.node.name,
+            )
+    rows = [r for r in rows if r.node_id == node.pk]
+    stale = [r.pk for r in rows if r.uuid not in wanted or r.index != int(wanted[r.uuid]["index"])]
     Gpu.objects.filter(pk__in=stale).delete()
     kept = {r.uuid: r for r in rows if r.pk not in stale}
     for uuid, info in wanted.items():
@@ -113,6 +131,21 @@ def _sync_gpus(node: Node, gpus: Sequence[dict[str, Any]]) -> None:
             )
         elif (row.model, row.memory_mb) != (model, memory):
             Gpu.objects.filter(pk=row.pk).update(model=model, memory_mb=memory)
+    return refused
+
+
+def _note_refused_gpus(node: Node, refused: list[str]) -> None:
+    """Say on an up node why GPUs of its inventory are missing (its state_reason, which
+    the node pages and API show), and clear that once its registration is accepted whole.
+    A draining or down node keeps its own reason; the refusal is in the log."""
+    mine = Node.objects.filter(pk=node.pk, state=NodeState.UP)
+    if refused:
+        note = f"{REFUSED_GPUS_REASON}: {', '.join(refused)}"
+        mine.filter(Q(state_reason="") | Q(state_reason__startswith=REFUSED_GPUS_REASON)).update(
+            state_reason=note[:500]
+        )
+    else:
+        mine.filter(state_reason__startswith=REFUSED_GPUS_REASON).update(state_reason="")
 
 
 def _node_seen(node: Node, now: datetime) -> None:
@@ -145,8 +178,9 @@ def agent_register(
         Node.objects.filter(pk=node.pk).update(
             gpu_backend=backend[:20], agent_version=agent_version[:50]
         )
-        _sync_gpus(node, gpus)
+        refused = _sync_gpus(node, gpus)
         _node_seen(node, now)
+        _note_refused_gpus(node, refused)
         return _reconcile(node, running)
 
 
