@@ -22,6 +22,7 @@ from typing import Any
 
 from workers import tasks
 from workers.celery_app import configure, control_queue, node_queue
+from workers.executor.accounts import JobAccounts
 from workers.gpu import select_backend
 from workers.logship import DEFAULT_MAX_BYTES
 from workers.runtime import Agent, AgentConfig
@@ -39,6 +40,23 @@ def _version() -> str:
         return metadata.version("fleet")
     except metadata.PackageNotFoundError:
         return "dev"
+
+
+def _job_settings() -> dict[str, Any]:
+    """Who jobs run as and what they inherit: FLEET_JOB_USER, FLEET_JOB_USER_MAP,
+    FLEET_ALLOW_ROOT_JOBS, FLEET_JOB_ENV_ALLOW and FLEET_JOB_SCRATCH_DIR (see
+    workers.executor.accounts and .spec)."""
+    try:
+        accounts = JobAccounts.from_env(os.environ)
+    except ValueError as exc:
+        sys.exit(str(exc))
+    allow = os.environ.get("FLEET_JOB_ENV_ALLOW", "")
+    scratch = os.environ.get("FLEET_JOB_SCRATCH_DIR", "").strip()
+    return {
+        "job_accounts": accounts,
+        "job_env_allow": tuple(name.strip() for name in allow.split(",") if name.strip()),
+        "scratch_dir": Path(scratch).resolve() if scratch else None,
+    }
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -70,6 +88,7 @@ def build_agent(args: argparse.Namespace) -> Agent:
         job_grace=_number("FLEET_JOB_GRACE", 30.0),
         log_max_bytes=int(_number("FLEET_LOG_MAX_BYTES", DEFAULT_MAX_BYTES)),
         version=_version(),
+        **_job_settings(),
     )
     backend = select_backend(args.simulate, node_name=args.node)
     queue = control_queue()

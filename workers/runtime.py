@@ -10,14 +10,17 @@ and call the tick methods directly.
 from __future__ import annotations
 
 import logging
+import os
 import threading
 import time
 from collections.abc import Callable, Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from workers.executor import Executor, ExecutorError, JobKey, JobSpec, Supervisor
+from workers.executor.accounts import JobAccounts
+from workers.executor.launcher import private_dir
 from workers.logship import DEFAULT_MAX_BYTES, LogShipper
 from workers.telemetry import telemetry_payload
 
@@ -43,6 +46,10 @@ class AgentConfig:
     job_grace: float = 30.0
     log_max_bytes: int = DEFAULT_MAX_BYTES
     version: str = "dev"
+    # Who jobs run as and what they inherit (workers.executor.accounts, .spec).
+    job_accounts: JobAccounts = field(default_factory=JobAccounts)
+    job_env_allow: tuple[str, ...] = ()
+    scratch_dir: Path | None = None  # default: `scratch` beside state_dir
 
 
 class Agent:
@@ -59,8 +66,30 @@ class Agent:
         self.send = send
         self.clock = clock
         state = config.state_dir
-        (state / "logs").mkdir(parents=True, exist_ok=True)
-        self.executor = Executor(state / "attempts", gpu_backend=backend, clock=clock)
+        # Attempt records, launch files, job logs and the agent's bookkeeping are the
+        # agent's alone: a job (another account) cannot read them.
+        private_dir(state)
+        private_dir(state / "logs")
+        self.executor = Executor(
+            state / "attempts",
+            env_allow=config.job_env_allow,
+            accounts=config.job_accounts,
+            scratch_dir=config.scratch_dir or state.parent / "scratch",
+            gpu_backend=backend,
+            clock=clock,
+        )
+        accounts = config.job_accounts
+        if accounts.switching:
+            logger.info("jobs run as %s unless FLEET_JOB_USER_MAP maps them", accounts.default)
+        else:
+            logger.warning(
+                "jobs run as the agent's own account (uid %d) and are not isolated from it: "
+                "%s (a development set-up)",
+                os.geteuid(),
+                "the agent does not run as root, so it cannot switch accounts"
+                if os.geteuid() != 0
+                else "account switching is off",
+            )
         self.supervisor = Supervisor(self.executor, report=self._report)
         # GPU memory of fractional jobs is checked on the telemetry tick, with the samples
         # sent as telemetry, rather than sampling the GPUs again on every poll.
@@ -124,6 +153,8 @@ class Agent:
                 gpu_memory_mb=spec.get("gpu_memory_mb"),
                 gpu_compute_percent=spec.get("gpu_compute_percent"),
                 grace=float(spec.get("grace") or self.config.job_grace),
+                user=spec.get("user") or None,
+                team=spec.get("team") or None,
             )
             try:
                 pid = self.supervisor.start(job)

@@ -26,6 +26,9 @@ def start_spec(job: Job) -> dict[str, Any]:
         # Tells a redelivered start (same dispatch) from a new one that reuses the job id
         # and attempt (a control side whose database was reset).
         "dispatch": f"{job.assigned_at.timestamp():.6f}" if job.assigned_at else None,
+        # The agent maps these to the local account the job runs as (FLEET_JOB_USER_MAP).
+        "user": job.owner.username,
+        "team": job.team.slug,
     }
 
 

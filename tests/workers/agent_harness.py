@@ -92,6 +92,10 @@ def start_agent(
         FLEET_LOG_SHIP_INTERVAL="0.3",
         FLEET_SUPERVISE_INTERVAL="0.1",
         FLEET_JOB_GRACE="2",
+        # As root, jobs run as nobody, in scratch directories nobody can reach (tmp_path
+        # is private to root); not as root, the agent runs them as the test's account.
+        FLEET_JOB_USER="nobody",
+        FLEET_JOB_SCRATCH_DIR="/tmp/fleet-test-scratch",
         PYTHONUNBUFFERED="1",
     )
     child_env.update(env or {})

@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from workers.executor.accounts import JobAccounts
 from workers.gpu import SimulatedGpuBackend
 from workers.logship import LogShipper, utf8_safe_end
 from workers.runtime import (
@@ -36,7 +37,10 @@ class Sent(list[tuple[str, dict[str, Any]]]):
 
 def make_agent(state_dir: Path, sent: Sent, spec: str = "2xA100-80GB") -> Agent:
     backend = SimulatedGpuBackend(spec, node_name="unit", seed=3)
-    config = AgentConfig(node="unit", state_dir=state_dir, job_grace=1.0)
+    # Not about isolation: jobs run as the test's own account (root in CI, explicitly).
+    config = AgentConfig(
+        node="unit", state_dir=state_dir, job_grace=1.0, job_accounts=JobAccounts.own()
+    )
     return Agent(config, backend=backend, send=sent)
 
 

@@ -5,6 +5,13 @@ when, with what limits) and, once the job has ended, `status.json` written by th
 (see `workers.executor.shim`). A restarted agent builds an `Executor` on the same
 `state_dir` and finds every attempt the previous one started: still running, ended while
 the agent was away, or lost.
+
+Jobs are kept apart from the agent: `state_dir` and every attempt directory are 0700, so a
+job reads neither its launch file nor another job's record; the job runs as the account
+`JobAccounts` picks, with the allow-listed environment (`job_environment`); a job without
+a working directory gets a fresh one under `scratch_dir` (0711: a job reaches its own
+directory but cannot list the others'), owned by its account, mode 0700, removed when the
+attempt is forgotten.
 """
 
 from __future__ import annotations
@@ -18,6 +25,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass
@@ -26,7 +34,14 @@ from typing import Any
 
 import psutil
 
-from workers.executor.spec import ExecutorError, JobKey, JobSpec, job_environment
+from workers.executor.accounts import Account, JobAccounts, own_account
+from workers.executor.spec import (
+    ExecutorError,
+    JobKey,
+    JobSpec,
+    inherited_environment,
+    job_environment,
+)
 
 logger = logging.getLogger(__name__)
 
@@ -46,6 +61,7 @@ class Handle:
     attempt_dir: str
     shim_create_time: float | None = None
     shim: subprocess.Popen[bytes] | None = None  # None for attempts adopted after a restart
+    scratch: str | None = None  # the per-attempt working directory fleet made, if any
 
     @property
     def pgid(self) -> int:
@@ -68,7 +84,11 @@ class Executor:
     """Starts attempts through the shim and answers whether they have ended.
 
     `gpu_backend` is told about each job process when it can simulate load (the simulated
-    backend); NVML needs nothing. Signals go to the job's whole process group.
+    backend); NVML needs nothing. Signals go to the job's whole process group. `accounts`
+    picks the account each job runs as (default: `fleet-job`, never root); `base_env`
+    (default: os.environ) is filtered through the allow-list plus `env_allow`;
+    `scratch_dir` (default: `scratch` beside `state_dir`) holds the working directories of
+    jobs that name none.
     """
 
     def __init__(
@@ -76,12 +96,18 @@ class Executor:
         state_dir: str | os.PathLike[str],
         *,
         base_env: Mapping[str, str] | None = None,
+        env_allow: tuple[str, ...] = (),
+        accounts: JobAccounts | None = None,
+        scratch_dir: str | os.PathLike[str] | None = None,
         gpu_backend: Any = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.state_dir = Path(state_dir)
-        self.state_dir.mkdir(parents=True, exist_ok=True)
+        private_dir(self.state_dir)
+        self.scratch_dir = Path(scratch_dir or self.state_dir.parent / "scratch")
         self.base_env = base_env
+        self.env_allow = env_allow
+        self.accounts = accounts or JobAccounts()
         self.gpu_backend = gpu_backend
         self.clock = clock
         self.handles: dict[JobKey, Handle] = {}
@@ -107,26 +133,44 @@ class Executor:
                 )
             except ValueError as exc:
                 raise ExecutorError(f"cannot start job {spec.job_id}: {exc}") from exc
+        try:
+            account, account_name = self.accounts.resolve(user=spec.user, team=spec.team)
+        except ExecutorError as exc:
+            raise ExecutorError(f"cannot start job {spec.job_id}: {exc}") from exc
         attempt_dir = self.state_dir / _dir_name(spec.key)
         if attempt_dir.exists():
             shutil.rmtree(attempt_dir)
-        attempt_dir.mkdir(parents=True)
+        attempt_dir.mkdir(mode=0o700, parents=True)
+        scratch = None if spec.workdir else self._make_scratch(spec, account)
+        identity = account or own_account()
         launch = {
             "command": spec.command,
-            "workdir": spec.workdir,
-            "env": job_environment(spec, self.base_env),
+            "workdir": spec.workdir or scratch,
+            "env": job_environment(
+                spec,
+                self.base_env,
+                allow=self.env_allow,
+                account=identity.environment() if identity else None,
+            ),
             "log_path": os.path.abspath(spec.log_path),
             "log_cap_bytes": spec.log_cap_bytes,
+            "account": None
+            if account is None
+            else {"uid": account.uid, "gid": account.gid, "groups": list(account.groups)},
+            "account_name": account_name,
         }
         fd = os.open(attempt_dir / "launch.json", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as fh:
             json.dump(launch, fh)
         with open(attempt_dir / "shim.err", "wb") as err:
+            # The shim's own environment is the allow-listed part of the agent's, never the
+            # whole: a job running as the agent's account could read it in /proc.
             shim = subprocess.Popen(
                 [sys.executable, "-I", SHIM_PATH, str(attempt_dir)],
                 stdin=subprocess.DEVNULL,
                 stdout=subprocess.PIPE,
                 stderr=err,
+                env=inherited_environment(self.base_env, self.env_allow),
                 start_new_session=True,
                 close_fds=True,
             )
@@ -134,6 +178,8 @@ class Executor:
         if not line.startswith("pid "):
             shim.wait(timeout=SHIM_START_TIMEOUT_S)
             shutil.rmtree(attempt_dir, ignore_errors=True)
+            if scratch:
+                shutil.rmtree(scratch, ignore_errors=True)
             detail = line.removeprefix("error ").strip() or "the launcher exited without a pid"
             raise ExecutorError(f"cannot start job {spec.job_id}: {detail}")
         pid = int(line.split()[1])
@@ -145,11 +191,29 @@ class Executor:
             attempt_dir=str(attempt_dir),
             shim_create_time=_create_time(shim.pid),
             shim=shim,
+            scratch=scratch,
         )
         self._write_record(handle)
         self.handles[spec.key] = handle
         self._simulate_load(handle)
         return pid
+
+    def _make_scratch(self, spec: JobSpec, account: Account | None) -> str:
+        """A fresh working directory for the attempt, owned by its account, mode 0700, in
+        a scratch root the job can pass through but not list."""
+        try:
+            if not self.scratch_dir.exists():
+                self.scratch_dir.mkdir(parents=True)
+                self.scratch_dir.chmod(0o711)
+            path = tempfile.mkdtemp(prefix=_dir_name(spec.key) + "-", dir=self.scratch_dir)
+            if account is not None:
+                os.chown(path, account.uid, account.gid)
+        except OSError as exc:
+            raise ExecutorError(
+                f"cannot start job {spec.job_id}: cannot make its working directory in "
+                f"{self.scratch_dir}: {exc}"
+            ) from exc
+        return path
 
     def _simulate_load(self, handle: Handle) -> None:
         if not hasattr(self.gpu_backend, "register_job_process"):
@@ -192,6 +256,7 @@ class Executor:
             "shim_pid": handle.shim_pid,
             "shim_create_time": handle.shim_create_time,
             "started_at": handle.started_at,
+            "scratch": handle.scratch,
         }
         path = Path(handle.attempt_dir) / "record.json"
         tmp = path.with_suffix(".tmp")
@@ -215,6 +280,7 @@ class Executor:
                 started_at=record["started_at"],
                 attempt_dir=str(record_path.parent),
                 shim_create_time=record.get("shim_create_time"),
+                scratch=record.get("scratch"),
             )
             self.handles[spec.key] = handle
             if self.exit_status(spec.key) is None:
@@ -277,3 +343,11 @@ class Executor:
             except subprocess.TimeoutExpired:
                 logger.warning("shim %s of job %s did not exit", handle.shim_pid, key)
         shutil.rmtree(handle.attempt_dir, ignore_errors=True)
+        if handle.scratch:
+            shutil.rmtree(handle.scratch, ignore_errors=True)
+
+
+def private_dir(path: Path) -> None:
+    """Make `path` (and its parents) if missing, and make it 0700 even if it existed."""
+    path.mkdir(mode=0o700, parents=True, exist_ok=True)
+    path.chmod(0o700)

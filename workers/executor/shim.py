@@ -1,8 +1,10 @@
 """Per-attempt shim: the parent of one job process, outside the agent.
 
 Run as `python -I shim.py ATTEMPT_DIR` by the executor, in its own session. It reads
-ATTEMPT_DIR/launch.json (command, workdir, env, log path and cap) and deletes it, starts
-`/bin/sh -c COMMAND` in a new session (so the job's process group id is its pid), prints
+ATTEMPT_DIR/launch.json (command, workdir, env, log path and cap, account) and deletes it,
+starts `/bin/sh -c COMMAND` in a new session (so the job's process group id is its pid) in
+the working directory, as the job's account when one is given (the shim itself keeps the
+agent's account, so it can write the log and status files the job cannot read), prints
 `pid N` (or `error MESSAGE`) on stdout, then:
 
 - copies the job's stdout and stderr into the log file until the cap, appends one marker
@@ -44,7 +46,8 @@ def _become_subreaper() -> None:
 
 class CappedLog:
     def __init__(self, path: str, cap: int) -> None:
-        self.file = open(path, "ab", buffering=0)  # noqa: SIM115 - lives as long as the shim
+        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        self.file = open(fd, "ab", buffering=0)  # noqa: SIM115 - lives as long as the shim
         self.cap = cap
         self.written = 0
         self.truncated = False
@@ -90,12 +93,49 @@ def _group_alive(pgid: int) -> bool:
     return True
 
 
+def _enter_workdir(workdir: str, account: dict | None, name: str) -> str | None:
+    """chdir into the job's working directory with the job's rights, so the job never gets
+    a directory its account could not enter by itself; an error message, or None."""
+    if account is None:
+        try:
+            os.chdir(workdir)
+        except OSError as exc:
+            return f"cannot enter the working directory {workdir}: {exc.strerror}"
+        return None
+    groups = os.getgroups()
+    try:
+        os.setgroups(account["groups"])
+        os.setegid(account["gid"])
+        os.seteuid(account["uid"])
+        os.chdir(workdir)
+    except OSError as exc:
+        return (
+            f"the job's account {name} cannot enter its working directory {workdir}: {exc.strerror}"
+        )
+    finally:
+        os.seteuid(0)
+        os.setegid(0)
+        os.setgroups(groups)
+    return None
+
+
 def main(attempt_dir: str) -> int:
     launch_path = os.path.join(attempt_dir, "launch.json")
     with open(launch_path) as fh:
         launch = json.load(fh)
     os.unlink(launch_path)  # it holds the job's environment, secrets included
+    os.umask(0o077)  # the log and status files are the agent's, not the job's
     _become_subreaper()
+    account = launch.get("account")
+    error = _enter_workdir(launch["workdir"], account, launch.get("account_name", ""))
+    if error:
+        print(f"error {error}", flush=True)
+        return 2
+    as_account = (
+        {"user": account["uid"], "group": account["gid"], "extra_groups": account["groups"]}
+        if account
+        else {}
+    )
     try:
         os.makedirs(os.path.dirname(os.path.abspath(launch["log_path"])), exist_ok=True)
         log = CappedLog(launch["log_path"], int(launch["log_cap_bytes"]))
@@ -105,10 +145,11 @@ def main(attempt_dir: str) -> int:
             stdin=subprocess.DEVNULL,
             stdout=write_fd,
             stderr=write_fd,
-            cwd=launch["workdir"] or None,
             env=launch["env"],
             start_new_session=True,
             close_fds=True,
+            umask=0o022,
+            **as_account,
         )
     except OSError as exc:
         print(f"error {exc}", flush=True)

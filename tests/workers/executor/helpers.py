@@ -13,16 +13,32 @@ from typing import Any
 import psutil
 
 from workers.executor import Executor, JobSpec, Supervisor
+from workers.executor.accounts import JobAccounts
 
 DEADLINE_S = 10.0
 CREATED: list[Agent] = []  # so a failed test's jobs can be killed (see conftest.py)
 
 
 class Agent:
-    def __init__(self, tmp_path: Path, *, gpu_backend: Any = None, clock: Any = time.time) -> None:
+    def __init__(
+        self,
+        tmp_path: Path,
+        *,
+        gpu_backend: Any = None,
+        clock: Any = time.time,
+        accounts: JobAccounts | None = None,
+        **executor: Any,
+    ) -> None:
         self.tmp_path = tmp_path
         self.events: list[dict[str, Any]] = []
-        self.executor = Executor(tmp_path / "state", gpu_backend=gpu_backend, clock=clock)
+        # Tests that are not about isolation run jobs as the test's own account.
+        self.executor = Executor(
+            tmp_path / "state",
+            gpu_backend=gpu_backend,
+            clock=clock,
+            accounts=accounts or JobAccounts.own(),
+            **executor,
+        )
         self.supervisor = Supervisor(self.executor, self.events.append, clock=clock)
         CREATED.append(self)
 
