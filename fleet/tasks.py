@@ -1,19 +1,23 @@
 """Control-side Celery tasks for agents (queue "control"): thin wrappers over services.
 
-Agents send these by name (workers/agent_runtime.py); each message names its node and
-carries the node's key, and a message with a wrong key is refused and logged. Reports are
-acknowledged late (a worker that dies mid-task leaves the message for another) and are
-idempotent, so a redelivery changes nothing twice.
+Agents send these by name (workers/runtime.py), each as an envelope signed with the node's
+key (workers/wire.py); `agent_task` opens it and hands the node and the signed arguments to
+the handler. A message that is unsigned, wrongly signed, expired, replayed or meant for
+another task is refused and logged. Reports are acknowledged late (a worker that dies
+mid-task leaves the message for another) and are idempotent, so a redelivery changes
+nothing twice.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from django.db import OperationalError
 
 from fleet.celery import app
-from fleet.services import agents, telemetry, telemetry_logs
+from fleet.models import Node
+from fleet.services import agents, telemetry, telemetry_logs, wire
 
 # A database that is briefly unavailable or locked (SQLite under several writers) must not
 # lose a report: the message is retried with backoff, and applying it twice is harmless.
@@ -27,94 +31,79 @@ AGENT_MESSAGE: dict[str, Any] = {
     "max_retries": 8,
 }
 
-
-@app.task(name="fleet.tasks.agent_register", **AGENT_MESSAGE)
-def agent_register(
-    *,
-    node: str,
-    key: str,
-    backend: str = "",
-    agent_version: str = "",
-    gpus: list[dict[str, Any]] | None = None,
-    running: list[list[Any]] | None = None,
-    **_: Any,
-) -> None:
-    found = agents.node_authenticate(name=node, key=key)
-    if found is not None:
-        agents.agent_register(
-            node=found,
-            backend=backend,
-            agent_version=agent_version,
-            gpus=gpus or [],
-            running=running or [],
-        )
+Handler = Callable[[Node, dict[str, Any]], Any]
 
 
-@app.task(name="fleet.tasks.agent_heartbeat", **AGENT_MESSAGE)
-def agent_heartbeat(
-    *, node: str, key: str, running: list[list[Any]] | None = None, **_: Any
-) -> None:
-    found = agents.node_authenticate(name=node, key=key)
-    if found is not None:
-        agents.agent_heartbeat(node=found, running=running or [])
+def agent_task(name: str, **options: Any) -> Callable[[Handler], Any]:
+    """Register `handler(node, args)` as the task `name`, run only for messages signed by
+    the node they name."""
+
+    def register(handler: Handler) -> Any:
+        def task(*, m: Any = None, s: Any = None, **_: Any) -> Any:
+            opened = wire.agent_message_open(task=name, body=m, signature=s)
+            if opened is None:
+                return None
+            node, message = opened
+            result = handler(node, message.args)
+            wire.agent_message_done(message)
+            return result
+
+        task.__doc__ = handler.__doc__
+        return app.task(name=name, **options)(task)
+
+    return register
 
 
-@app.task(name="fleet.tasks.job_report", **AGENT_MESSAGE)
-def job_report(
-    *,
-    node: str,
-    key: str,
-    job_id: int,
-    attempt: int,
-    state: str,
-    pid: int | None = None,
-    exit_code: int | None = None,
-    reason: str = "",
-    **_: Any,
-) -> None:
-    found = agents.node_authenticate(name=node, key=key)
-    if found is not None:
-        agents.job_report_apply(
-            node=found,
-            job_id=int(job_id),
-            attempt=int(attempt),
-            state=state,
-            pid=pid,
-            exit_code=exit_code,
-            reason=reason or "",
-        )
+def _ints(rows: Any) -> list[list[Any]]:
+    return [list(row) for row in rows or []]
 
 
-@app.task(name="fleet.tasks.job_log", **AGENT_MESSAGE)
-def job_log(
-    *,
-    node: str,
-    key: str,
-    job_id: int,
-    attempt: int,
-    offset: int,
-    data: str,
-    eof: bool = False,
-    **_: Any,
-) -> None:
-    found = agents.node_authenticate(name=node, key=key)
-    if found is not None:
-        telemetry_logs.log_chunk_store(
-            node=found,
-            job_id=int(job_id),
-            attempt=int(attempt),
-            offset=int(offset),
-            data_b64=data,
-            eof=bool(eof),
-        )
+@agent_task("fleet.tasks.agent_register", **AGENT_MESSAGE)
+def agent_register(node: Node, a: dict[str, Any]) -> None:
+    agents.agent_register(
+        node=node,
+        backend=str(a.get("backend") or ""),
+        agent_version=str(a.get("agent_version") or ""),
+        gpus=list(a.get("gpus") or []),
+        running=_ints(a.get("running")),
+    )
 
 
-@app.task(name="fleet.tasks.telemetry", time_limit=60, soft_time_limit=50)
-def telemetry_ingest(*, node: str, key: str, payload: dict[str, Any], **_: Any) -> None:
-    # Not acks_late: a tick lost with a dying worker is replaced by the next one.
-    found = agents.node_authenticate(name=node, key=key)
-    if found is not None:
-        telemetry.telemetry_ingest(node=found, payload=payload)
+@agent_task("fleet.tasks.agent_heartbeat", **AGENT_MESSAGE)
+def agent_heartbeat(node: Node, a: dict[str, Any]) -> None:
+    agents.agent_heartbeat(node=node, running=_ints(a.get("running")))
+
+
+@agent_task("fleet.tasks.job_report", **AGENT_MESSAGE)
+def job_report(node: Node, a: dict[str, Any]) -> None:
+    agents.job_report_apply(
+        node=node,
+        job_id=int(a["job_id"]),
+        attempt=int(a["attempt"]),
+        state=str(a["state"]),
+        pid=a.get("pid"),
+        exit_code=a.get("exit_code"),
+        reason=str(a.get("reason") or ""),
+    )
+
+
+@agent_task("fleet.tasks.job_log", **AGENT_MESSAGE)
+def job_log(node: Node, a: dict[str, Any]) -> None:
+    telemetry_logs.log_chunk_store(
+        node=node,
+        job_id=int(a["job_id"]),
+        attempt=int(a["attempt"]),
+        offset=int(a["offset"]),
+        data_b64=str(a["data"]),
+        eof=bool(a.get("eof", False)),
+    )
+
+
+# Not acks_late: a tick lost with a dying worker is replaced by the next one.
+@agent_task("fleet.tasks.telemetry", time_limit=60, soft_time_limit=50)
+def telemetry_ingest(node: Node, a: dict[str, Any]) -> None:
+    payload = a.get("payload")
+    telemetry.telemetry_ingest(node=node, payload=payload if isinstance(payload, dict) else {})
 
 
 @app.task(name="fleet.tasks.reap_nodes", time_limit=60, soft_time_limit=50)

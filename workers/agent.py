@@ -1,7 +1,10 @@
-"""The GPU-host agent: `python -m workers.agent --node NAME [--simulate SPEC] [--key KEY]`.
+"""The GPU-host agent: `python -m workers.agent --node NAME [--simulate SPEC]`.
 
-It needs the broker (REDIS_URL or CELERY_BROKER_URL) and its node key (FLEET_NODE_KEY or
---key, printed by `manage.py add_node NAME` on the control side), never the database.
+It needs the broker (REDIS_URL or CELERY_BROKER_URL), its node key (FLEET_NODE_KEY,
+FLEET_NODE_KEY_FILE or --key, printed by `manage.py add_node NAME` on the control side) and
+the control side's public key (FLEET_CONTROL_PUBLIC_KEY or --control-key, printed by the
+same command), never the database. It signs every message it sends with its node key and
+acts only on messages the control side signed (workers.wire).
 On start it registers its GPUs and the attempts it still runs (they survive agent restarts),
 then consumes only `node.<NAME>` with a single-threaded Celery worker while background
 threads supervise jobs and send heartbeats, telemetry and job output to the control queue.
@@ -26,6 +29,15 @@ from workers.executor.accounts import JobAccounts
 from workers.gpu import select_backend
 from workers.logship import DEFAULT_MAX_BYTES
 from workers.runtime import Agent, AgentConfig
+from workers.wire import (
+    AGENT_MESSAGE_TTL_S,
+    DEFAULT_TTL_S,
+    Gate,
+    NonceBook,
+    Signer,
+    WireError,
+    public_key_load,
+)
 
 logger = logging.getLogger("workers.agent")
 
@@ -68,15 +80,48 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
         help="simulate these GPUs instead of reading NVML, e.g. 4xA100-80GB",
     )
     parser.add_argument("--key", default=os.environ.get("FLEET_NODE_KEY", ""))
+    parser.add_argument(
+        "--control-key",
+        default=os.environ.get("FLEET_CONTROL_PUBLIC_KEY", ""),
+        help="the control side's public key (manage.py add_node prints it)",
+    )
     parser.add_argument("--state-dir", default=os.environ.get("FLEET_AGENT_STATE_DIR") or None)
     parser.add_argument("--loglevel", default=os.environ.get("LOG_LEVEL", "INFO"))
     return parser.parse_args(argv)
 
 
+def _state_dir(args: argparse.Namespace) -> Path:
+    return Path(args.state_dir or Path("var") / "agents" / args.node).resolve()
+
+
+def node_key(args: argparse.Namespace) -> str:
+    """The node key from --key / FLEET_NODE_KEY, or read from FLEET_NODE_KEY_FILE (a file
+    readable by the agent's account only keeps the key out of the process environment)."""
+    if args.key:
+        return str(args.key).strip()
+    path = os.environ.get("FLEET_NODE_KEY_FILE", "").strip()
+    if path:
+        try:
+            return Path(path).read_text().strip()
+        except OSError as exc:
+            sys.exit(f"cannot read the node key from FLEET_NODE_KEY_FILE={path}: {exc}")
+    return ""
+
+
+def build_gate(args: argparse.Namespace) -> Gate:
+    state_dir = _state_dir(args)
+    state_dir.mkdir(parents=True, exist_ok=True)
+    return Gate(
+        node=args.node,
+        control_public_key=args.control_key,
+        nonces=NonceBook(state_dir / "nonces"),
+    )
+
+
 def build_agent(args: argparse.Namespace) -> Agent:
     from workers.celery_app import app
 
-    state_dir = Path(args.state_dir or Path("var") / "agents" / args.node).resolve()
+    state_dir = _state_dir(args)
     config = AgentConfig(
         node=args.node,
         state_dir=state_dir,
@@ -93,12 +138,16 @@ def build_agent(args: argparse.Namespace) -> Agent:
     backend = select_backend(args.simulate, node_name=args.node)
     queue = control_queue()
     lock = threading.Lock()
+    signer = Signer(node_key(args))
 
     def send(task: str, **kwargs: Any) -> None:
+        envelope = signer.seal(
+            task, args.node, kwargs, AGENT_MESSAGE_TTL_S.get(task, DEFAULT_TTL_S)
+        )
         with lock:  # one publisher at a time: threads and the worker share the producer
             app.send_task(
                 task,
-                kwargs={"node": args.node, "key": args.key, **kwargs},
+                kwargs=envelope,
                 queue=queue,
                 retry=True,
                 retry_policy={"max_retries": 3, "interval_start": 0.2, "interval_step": 0.5},
@@ -112,12 +161,21 @@ def main(argv: Sequence[str] | None = None) -> None:
     logging.basicConfig(
         level=args.loglevel.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s"
     )
+    args.key = node_key(args)
     if not args.key:
-        sys.exit("the node key is missing: set FLEET_NODE_KEY or pass --key "
-                 "(python manage.py add_node NAME prints it)")  # fmt: skip
+        sys.exit("the node key is missing: set FLEET_NODE_KEY or FLEET_NODE_KEY_FILE, or pass "
+                 "--key (python manage.py add_node NAME prints it)")  # fmt: skip
+    if not args.control_key:
+        sys.exit("the control side's public key is missing: set FLEET_CONTROL_PUBLIC_KEY or "
+                 "pass --control-key (python manage.py add_node NAME prints it)")  # fmt: skip
+    try:
+        public_key_load(args.control_key)
+        Signer(args.key)
+    except (WireError, ValueError) as exc:
+        sys.exit(f"bad key: {exc}")
     app = configure(args.node)
     agent = build_agent(args)
-    tasks.bind(agent)
+    tasks.bind(agent, build_gate(args))
     stop = threading.Event()
     agent.run_background(stop)
     logger.info("agent %s: %d GPUs (%s), state in %s", args.node,

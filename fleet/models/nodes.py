@@ -25,9 +25,10 @@ class Node(models.Model):
     # An admin's drain, kept apart from liveness: a draining node that goes down and comes
     # back is still draining.
     drain_requested = models.BooleanField(default=False)
-    # SHA-256 of the node's agent key (`manage.py add_node NAME` prints the key once). Every
-    # message an agent sends carries the key; the control side refuses a wrong one.
-    key_hash = models.CharField(max_length=64, blank=True, editable=False)
+    # Public half of the node's key (Ed25519, URL-safe base64). The agent holds the private
+    # half (`manage.py add_node NAME` prints it once) and signs every message with it; the
+    # control side refuses a message its public key does not verify (workers/wire.py).
+    public_key = models.CharField(max_length=64, blank=True, editable=False)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:

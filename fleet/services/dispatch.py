@@ -8,6 +8,7 @@ from django.conf import settings
 
 from fleet.models import Job
 from fleet.services import messaging
+from fleet.services.agents import start_timeout_s
 
 
 def start_spec(job: Job) -> dict[str, Any]:
@@ -38,6 +39,9 @@ def send_start_on_commit(job: Job) -> None:
     messaging.send_to_node_on_commit(
         job.node.name,
         messaging.START_JOB_TASK,
+        # A start is good only while the control side waits for it: past the start timeout
+        # the reaper takes it back, and it may be dispatched elsewhere.
+        ttl=start_timeout_s(),
         job_id=job.pk,
         attempt=job.attempt,
         spec=start_spec(job),

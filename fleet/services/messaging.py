@@ -1,7 +1,8 @@
 """Messages from the control side to agents and to the scheduler, sent after commit.
 
-Redis is a transport (DESIGN.md rule 1): a message that cannot be sent is logged and
+Redis is a transport (design rule 1): a message that cannot be sent is logged and
 left to the periodic cycle and the reconciliation that follows, never a failed request.
+Every message to an agent is signed for its node and expires (fleet.services.wire).
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from django.core.cache import cache
 from django.db import transaction
 
 from fleet.celery import CONTROL_QUEUE, app, node_queue
+from fleet.services import wire
 
 log = logging.getLogger(__name__)
 
@@ -28,8 +30,17 @@ def _send(task: str, queue: str, kwargs: dict[str, Any], countdown: float | None
         log.warning("could not send %s to %s; the periodic cycle will recover", task, queue)
 
 
-def send_to_node_on_commit(node_name: str, task: str, **kwargs: Any) -> None:
-    transaction.on_commit(lambda: _send(task, node_queue(node_name), kwargs))
+def send_to_node_on_commit(
+    node_name: str, task: str, *, ttl: float = wire.COMMAND_TTL_S, **kwargs: Any
+) -> None:
+    """After commit, send `task` with `kwargs` to the node's agent, signed and good for
+    `ttl` seconds from the moment it is sent."""
+
+    def send() -> None:
+        envelope = wire.seal_for_node(node=node_name, task=task, args=kwargs, ttl=ttl)
+        _send(task, node_queue(node_name), envelope)
+
+    transaction.on_commit(send)
 
 
 def request_schedule() -> None:

@@ -96,11 +96,13 @@ class Stack:
     def start_agent(self, node: str, simulate: str = "2xA100-80GB") -> Proc:
         """A simulated agent for a new node, registered through the control worker."""
         from fleet.services.agents import node_key_create
+        from fleet.services.wire import control_public_key
 
         _, key = node_key_create(name=node)
         agent_env = {k: v for k, v in self.env.items() if not k.startswith(("DJANGO", "DATABASE"))}
         agent_env.update(
             FLEET_NODE_KEY=key,
+            FLEET_CONTROL_PUBLIC_KEY=control_public_key(),
             FLEET_CONTROL_QUEUE=self.control_queue,
             FLEET_AGENT_STATE_DIR=str(self.logs / f"agent-{node}"),
             FLEET_HEARTBEAT_INTERVAL="1",

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import time
 from datetime import timedelta
 from typing import Any
 
@@ -18,12 +19,13 @@ from fleet.services.agents import (
     agent_heartbeat,
     agent_register,
     job_report_apply,
-    node_authenticate,
     node_key_create,
     nodes_reap,
 )
 from fleet.services.job_states import SCHEDULER, job_transition
+from fleet.services.wire import control_public_key
 from tests.factories import JobFactory
+from workers.wire import Signer, key_generate
 
 pytestmark = pytest.mark.django_db
 
@@ -57,30 +59,65 @@ def running_job(node: Node, owner: Any, team: Any, **kw: Any) -> Job:
     return Job.objects.get(pk=job.pk)
 
 
-def test_add_node_prints_a_key_that_only_that_node_accepts(capsys: Any) -> None:
+def _seal(key: str, task: str, node: str, ttl: float = 60, **args: Any) -> dict[str, str]:
+    return Signer(key).seal(task, node, args, ttl)
+
+
+def test_add_node_prints_a_key_whose_signatures_only_that_node_gets(capsys: Any) -> None:
     call_command("add_node", "gpu-07")
-    key = capsys.readouterr().out.strip().splitlines()[-1]
+    out = capsys.readouterr()
+    key = out.out.strip().splitlines()[-1]
     node = Node.objects.get(name="gpu-07")
-    assert node.state == "down" and key not in node.key_hash
-    assert node_authenticate(name="gpu-07", key=key) == node
-    assert node_authenticate(name="gpu-07", key=key + "x") is None
+    assert node.state == "down" and node.public_key and key != node.public_key
+    assert control_public_key() in out.err  # what the agent needs besides its own key
+    register = "fleet.tasks.agent_register"
+    tasks.agent_register.run(**_seal(key, register, "gpu-07", gpus=gpus("K0")))
+    assert Node.objects.get(pk=node.pk).state == "up"
     call_command("add_node", "gpu-07")  # a new key replaces the old one
-    assert node_authenticate(name="gpu-07", key=key) is None
+    Node.objects.filter(pk=node.pk).update(state="down")
+    tasks.agent_register.run(**_seal(key, register, "gpu-07", gpus=gpus("K0")))
+    assert Node.objects.get(pk=node.pk).state == "down"
 
 
-def test_messages_with_a_wrong_key_are_refused_and_logged(caplog: Any) -> None:
+def test_unsigned_forged_expired_replayed_and_misdirected_messages_are_refused(
+    caplog: Any,
+) -> None:
     node, key = node_key_create(name="gpu-02")
-    with caplog.at_level(logging.WARNING, logger="fleet.services.agents"):
-        tasks.agent_register.run(node="gpu-02", key="stolen", backend="nvml", gpus=gpus("X0"))
-        tasks.agent_heartbeat.run(node="gpu-02", key="stolen", running=[])
-        tasks.agent_heartbeat.run(node="nobody", key=key, running=[])
+    other, other_key = node_key_create(name="gpu-03")
+    beat = "fleet.tasks.agent_heartbeat"
+    register = "fleet.tasks.agent_register"
+    now = time.time()
+    expired = Signer(key, clock=lambda: now - 3600).seal(register, "gpu-02", {}, ttl=60)
+    valid = _seal(key, beat, "gpu-02", running=[])
+    with caplog.at_level(logging.WARNING, logger="fleet.services.wire"):
+        tasks.agent_heartbeat.run(node="gpu-02", key=key, running=[])  # the old, keyed shape
+        tasks.agent_register.run(**_seal(key_generate(), register, "gpu-02", gpus=gpus("X0")))
+        tasks.agent_register.run(**_seal(other_key, register, "gpu-02", gpus=gpus("X0")))
+        tasks.agent_register.run(**expired)
+        tasks.agent_register.run(**valid)  # a heartbeat's envelope posted as a registration
+        tasks.agent_heartbeat.run(**_seal(key, beat, "nobody", running=[]))
+        tampered = dict(valid, m=valid["m"].replace('"running":[]', '"running":[[1,1,1]]'))
+        tasks.agent_heartbeat.run(**tampered)
     node.refresh_from_db()
     assert node.state == "down" and node.last_heartbeat is None
-    assert not Gpu.objects.filter(node=node).exists()
-    assert "refused a message from node 'gpu-02': wrong node key" in caplog.text
-    assert "refused a message from unknown node 'nobody'" in caplog.text
-    tasks.agent_register.run(node="gpu-02", key=key, backend="nvml", gpus=gpus("X0"))
-    assert Node.objects.get(pk=node.pk).state == "up"
+    assert not Gpu.objects.filter(node__in=[node, other]).exists()
+    for reason in (
+        "refused fleet.tasks.agent_heartbeat: unsigned message (no envelope)",
+        "refused fleet.tasks.agent_register from node 'gpu-02': bad signature",
+        "from node 'gpu-02': expired",
+        "signed for task 'fleet.tasks.agent_heartbeat', delivered to 'fleet.tasks.agent_register'",
+        "refused fleet.tasks.agent_heartbeat from unknown node 'nobody'",
+    ):
+        assert reason in caplog.text
+    assert caplog.text.count("bad signature") == 3  # a stranger's key, a node's, tampered
+    tasks.agent_heartbeat.run(**valid)
+    node.refresh_from_db()
+    assert node.state == "up" and node.last_heartbeat is not None
+    Node.objects.filter(pk=node.pk).update(state="down", last_heartbeat=None)
+    with caplog.at_level(logging.WARNING, logger="fleet.services.wire"):
+        tasks.agent_heartbeat.run(**valid)  # captured from the broker and sent again
+    assert "replayed message" in caplog.text
+    assert Node.objects.get(pk=node.pk).last_heartbeat is None
 
 
 def test_registration_is_idempotent_and_updates_a_changed_gpu_set(node: Node) -> None:

@@ -5,6 +5,7 @@ from typing import Any
 import pytest
 
 from fleet.models import Job, JobEvent, JobState
+from tests.messages import node_message_args
 
 pytestmark = pytest.mark.django_db
 
@@ -158,7 +159,9 @@ def test_cancel_of_a_running_job_tells_its_node(
     monkeypatch.setattr(
         messaging,
         "_send",
-        lambda task, queue, kwargs, countdown=None: sent.append((task, queue, kwargs)),
+        lambda task, queue, kwargs, countdown=None: sent.append(
+            (task, queue, node_message_args(task, queue, kwargs))
+        ),
     )
     job_id = _submit(owner_api).json()["id"]
     Job.objects.filter(id=job_id).update(

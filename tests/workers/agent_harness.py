@@ -81,10 +81,13 @@ def start_agent(
         for k, v in os.environ.items()
         if not k.startswith(("DJANGO", "DATABASE")) and k not in {"PYTEST_CURRENT_TEST"}
     }
+    from fleet.services.wire import control_public_key
+
     child_env.update(
         REDIS_URL=settings.CELERY_BROKER_URL,
         CELERY_BROKER_URL=settings.CELERY_BROKER_URL,
         FLEET_NODE_KEY=key,
+        FLEET_CONTROL_PUBLIC_KEY=control_public_key(),
         FLEET_CONTROL_QUEUE=control_queue,
         FLEET_AGENT_STATE_DIR=str(state_dir),
         FLEET_HEARTBEAT_INTERVAL="0.5",
@@ -162,3 +165,21 @@ class ControlPump:
         """Run a control-side action with its after-commit messages sent."""
         with self.on_commit(execute=True), transaction.atomic():
             return fn()
+
+
+def dispatch(control: ControlPump, job: Any, node: Any, gpus: tuple[int, ...] = (0,)) -> None:
+    """Dispatch `job` to `node` through the state machine and send its signed start, as the
+    scheduling cycle does."""
+    from fleet.services.dispatch import send_start_on_commit
+    from fleet.services.job_states import SCHEDULER, job_transition
+
+    def go() -> None:
+        dispatched = job_transition(
+            job_id=job.pk,
+            action="dispatch",
+            actor=SCHEDULER,
+            fields={"node": node, "gpu_indices": list(gpus)},
+        )
+        send_start_on_commit(dispatched)
+
+    control.run(go)

@@ -4,78 +4,24 @@ side's task functions applied in the test (see agent_harness)."""
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
 
 import psutil
 import pytest
-import redis
-from django.conf import settings
 from django.core.cache import cache
 
 from fleet.models import Gpu, Job, JobEvent, Node, TelemetryRollup, TelemetrySample
-from fleet.services.agents import node_key_create, nodes_reap
-from fleet.services.dispatch import send_start_on_commit
-from fleet.services.job_states import SCHEDULER, job_transition
+from fleet.services.agents import nodes_reap
 from fleet.services.jobs import job_cancel
 from fleet.services.telemetry import LATEST_KEY, telemetry_flush, telemetry_rollup
 from scheduler.cycle.runner import run_cycle
 from tests.factories import JobFactory
-from tests.workers.agent_harness import AgentProcess, ControlPump, start_agent, unique_name
+from tests.workers.agent_harness import ControlPump, dispatch
+from tests.workers.conftest import StartAgent
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def control(django_capture_on_commit_callbacks: Any, settings: Any) -> Iterator[ControlPump]:
-    # The control side sends the grace with each start: the same 2 s the harness's agents use.
-    settings.FLEET_JOB_GRACE = 2
-    pump = ControlPump(unique_name("control-test"), django_capture_on_commit_callbacks)
-    yield pump
-    pump.close()
-    redis.Redis.from_url(settings.CELERY_BROKER_URL).delete(pump.queue)
-
-
-StartAgent = Callable[..., tuple[Node, AgentProcess]]
-
-
-@pytest.fixture
-def agents(tmp_path: Any, control: ControlPump) -> Iterator[StartAgent]:
-    started: list[AgentProcess] = []
-
-    def start(simulate: str = "2xA100-80GB") -> tuple[Node, AgentProcess]:
-        name = unique_name("e2e")
-        node, key = node_key_create(name=name)
-        agent = start_agent(name, key, tmp_path / name, control.queue, simulate=simulate)
-        started.append(agent)
-        control.pump(
-            lambda: (
-                Gpu.objects.filter(node=node).exists()
-                and Node.objects.get(pk=node.pk).state == "up"
-            ),
-            what=f"{name} to register",
-        )
-        return Node.objects.get(pk=node.pk), agent
-
-    yield start
-    broker = redis.Redis.from_url(settings.CELERY_BROKER_URL)
-    for agent in started:
-        agent.cleanup()
-        broker.delete(f"node.{agent.name}")
-
-
-def dispatch(control: ControlPump, job: Job, node: Node, gpus: tuple[int, ...] = (0,)) -> None:
-    def go() -> None:
-        dispatched = job_transition(
-            job_id=job.pk,
-            action="dispatch",
-            actor=SCHEDULER,
-            fields={"node": node, "gpu_indices": list(gpus)},
-        )
-        send_start_on_commit(dispatched)
-
-    control.run(go)
 
 
 def state_is(job: Job, *states: str) -> Callable[[], Job | None]:
@@ -107,7 +53,7 @@ def test_job_that_prints_and_exits_0_succeeds_and_its_output_is_readable(
     )
     dispatch(control, job, node)
     done = control.pump(state_is(job, "succeeded", "failed"), what="the job to end")
-    assert done.state == "succeeded" and done.exit_code == 0
+    assert done.state == "succeeded" and done.exit_code == 0, done.state_reason
     assert done.started_at is not None and done.finished_at is not None
 
     def log_complete() -> Any:

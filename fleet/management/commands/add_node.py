@@ -2,8 +2,10 @@
 
 python manage.py add_node gpu-01 [--heartbeat-timeout 30]
 
-The agent on that host passes the key in FLEET_NODE_KEY (or --key). Only a hash is stored;
-running the command again replaces the key, and the old one stops working.
+The agent on that host passes the key in FLEET_NODE_KEY or FLEET_NODE_KEY_FILE (or --key),
+and the control side's public key, printed on standard error (and by
+`manage.py control_key`), in FLEET_CONTROL_PUBLIC_KEY. Only the public half of the node key
+is stored; running the command again replaces the key, and the old one stops working.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ from typing import Any
 from django.core.management.base import BaseCommand, CommandParser
 
 from fleet.services.agents import node_key_create
+from fleet.services.wire import control_public_key
 
 
 class Command(BaseCommand):
@@ -27,5 +30,9 @@ class Command(BaseCommand):
         if options["heartbeat_timeout"]:
             node.heartbeat_timeout = options["heartbeat_timeout"]
             node.save(update_fields=["heartbeat_timeout"])
-        self.stderr.write(f"node {node.name}: new agent key (only its hash is stored)")
+        self.stderr.write(
+            f"node {node.name}: new agent key (only its public half is stored).\n"
+            f"Run its agent with FLEET_NODE_KEY=<the key below> and "
+            f"FLEET_CONTROL_PUBLIC_KEY={control_public_key()}"
+        )
         self.stdout.write(key)

@@ -42,11 +42,14 @@ def make_running(owner: Any, team: Any, node: Node, indices: list[int], **fields
 def sent(monkeypatch: Any) -> list[tuple[str, str, dict[str, Any]]]:
     """Messages the control side sends (task, queue, kwargs), recorded instead of sent."""
     from fleet.services import messaging
+    from tests.messages import node_message_args
 
     out: list[tuple[str, str, dict[str, Any]]] = []
     monkeypatch.setattr(
         messaging,
         "_send",
-        lambda task, queue, kwargs, countdown=None: out.append((task, queue, kwargs)),
+        lambda task, queue, kwargs, countdown=None: out.append(
+            (task, queue, node_message_args(task, queue, kwargs))
+        ),
     )
     return out

@@ -14,6 +14,7 @@ from fleet.models import Job, JobEvent, JobState
 from fleet.services import messaging
 from scheduler.cycle import lock, runner
 from scheduler.cycle.runner import run_cycle
+from tests.messages import node_message_args
 from tests.scheduler.cycle.conftest import make_job, make_node
 
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -51,7 +52,9 @@ def test_two_cycles_at_once_apply_each_decision_once(
         messaging,
         "_send",
         lambda task, queue, kwargs, countdown=None: (
-            sent.append(kwargs) if task == messaging.START_JOB_TASK else None
+            sent.append(node_message_args(task, queue, kwargs))
+            if task == messaging.START_JOB_TASK
+            else None
         ),
     )
     # Hold whichever cycle gets in until the other has tried: their lifetimes overlap.
