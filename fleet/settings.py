@@ -214,3 +214,10 @@ LOGGING = {
     "handlers": {"console": {"class": "logging.StreamHandler", "formatter": "plain"}},
     "root": {"handlers": ["console"], "level": env("LOG_LEVEL", "INFO")},
 }
+
+# The control side's private key: it signs every message to agents (workers/wire.py), and
+# agents hold its public key (`manage.py add_node` prints it). Every process that sends to
+# agents (web, control worker, beat) must have the same key: set FLEET_CONTROL_KEY or
+# FLEET_CONTROL_KEY_FILE; unset, one is generated under the var folder.
+FLEET_CONTROL_KEY = env("FLEET_CONTROL_KEY", "")
+FLEET_CONTROL_KEY_FILE = env("FLEET_CONTROL_KEY_FILE", str(VAR_DIR / "control.key"))

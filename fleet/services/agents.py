@@ -1,7 +1,7 @@
 """What agents tell the control side, and what the control side does when they fall silent.
 
-Every message from an agent names its node and carries the node's key; `node_authenticate`
-refuses (and logs) a wrong one. Then:
+Every message from an agent is signed with its node's key and checked against the node's
+public key before any of this runs (fleet.services.wire, fleet.tasks). Then:
 
 - `agent_register` (agent start): GPU inventory, backend, version, and the attempts the
   agent still runs; the node comes back up.
@@ -16,10 +16,8 @@ refuses (and logs) a wrong one. Then:
 
 from __future__ import annotations
 
-import hmac
 import logging
 import os
-import secrets
 from collections.abc import Iterable, Sequence
 from datetime import datetime, timedelta
 from typing import Any
@@ -37,7 +35,7 @@ from fleet.services import messaging
 from fleet.services.job_states import SYSTEM, Actor, job_record_ignored, job_transition
 from fleet.services.jobs import stop_previous_attempt
 from fleet.services.releases import gpu_release_done, gpu_release_prune, gpu_release_reconcile
-from fleet.services.tokens import hash_key
+from workers.wire import key_generate, public_key_of
 
 log = logging.getLogger(__name__)
 
@@ -65,28 +63,17 @@ def missing_grace_s() -> float:
 
 def node_key_create(*, name: str) -> tuple[Node, str]:
     """Create the node (down until its agent registers) or give it a new key; the old key
-    stops working. Returns the node and the key, which is stored only as a hash."""
-    key = secrets.token_urlsafe(32)
+    stops working. Returns the node and its private key, of which only the public half is
+    stored."""
+    key = key_generate()
     with transaction.atomic():
         node, created = Node.objects.get_or_create(
             name=name,
             defaults={"state": NodeState.DOWN, "state_reason": "waiting for its agent"},
         )
-        node.key_hash = hash_key(key)
-        node.save(update_fields=["key_hash"])
+        node.public_key = public_key_of(key)
+        node.save(update_fields=["public_key"])
     return node, key
-
-
-def node_authenticate(*, name: str, key: str | None) -> Node | None:
-    """The node, when `key` is its key; None (and a warning in the log) otherwise."""
-    node = Node.objects.filter(name=name).first()
-    if node is None:
-        log.warning("refused a message from unknown node %r", name)
-        return None
-    if not node.key_hash or not hmac.compare_digest(node.key_hash, hash_key(key or "")):
-        log.warning("refused a message from node %r: wrong node key", name)
-        return None
-    return node
 
 
 # -- registration and heartbeats ------------------------------------------------------------
