@@ -34,7 +34,7 @@ from scheduler.sim.sources import load_philly  # noqa: E402
 from scheduler.sim.state import SimConfig  # noqa: E402
 from scheduler.sim.transform import prepare  # noqa: E402
 
-TRACE = Path("/work/shared/traces/philly.csv")
+TRACE = ROOT / "bench" / "traces" / "philly.csv"
 SCENARIOS = {
     "8x8@0.7": ("8x8xV100", 0.7),
     "8x8@0.9": ("8x8xV100", 0.9),

@@ -33,7 +33,7 @@ from scheduler.sim.sources import load_philly  # noqa: E402
 from scheduler.sim.state import SimConfig  # noqa: E402
 from scheduler.sim.transform import offered_load, prepare  # noqa: E402
 
-TRACE = Path("/work/shared/traces/philly.csv")
+TRACE = ROOT / "bench" / "traces" / "philly.csv"
 
 
 def main() -> None:

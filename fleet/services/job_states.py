@@ -2,7 +2,7 @@
 
 Every transition is a conditional UPDATE on (id, state, attempt) inside a transaction
 that also writes one JobEvent. A decision made on a stale read therefore changes
-nothing (DESIGN.md rules 2 and 3): the update matches no row, and the caller learns why.
+nothing (docs/design.md, rules 2 and 3): the update matches no row, and the caller learns why.
 
 Attempts count dispatches: `dispatch` (pending -> assigned) increments `attempt`, so every
 report an agent sends carries the attempt it runs and older attempts are fenced off.

@@ -1,4 +1,4 @@
-"""One scheduling cycle at a time (DESIGN.md rule 5).
+"""One scheduling cycle at a time (docs/design.md, rule 5).
 
 On PostgreSQL, a session advisory lock: the database releases it if the worker dies, so it
 never needs an expiry. Elsewhere, a Redis lock with an owner token (only its holder can
