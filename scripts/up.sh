@@ -10,6 +10,23 @@ VAR="${FLEET_VAR_DIR:-var}"
 export FLEET_VAR_DIR="$VAR"
 mkdir -p "$VAR/log"
 
+# Jobs run as an unprivileged account and cannot read what fleet keeps under $VAR (the
+# database, keys, logs). Only root can switch accounts; otherwise jobs run as this user.
+if [ "$(id -u)" = 0 ]; then
+  export FLEET_JOB_USER="${FLEET_JOB_USER:-fleet-job}"
+  if ! id "$FLEET_JOB_USER" >/dev/null 2>&1; then
+    useradd --system --user-group --home-dir "/var/lib/$FLEET_JOB_USER" --create-home \
+      --shell /usr/sbin/nologin "$FLEET_JOB_USER"
+  fi
+  # $VAR is private, so jobs without a workdir get theirs outside it.
+  export FLEET_JOB_SCRATCH_DIR="${FLEET_JOB_SCRATCH_DIR:-/var/tmp/fleet-scratch}"
+  chmod 700 "$VAR"
+  umask 077
+  jobs_as="jobs run as: $FLEET_JOB_USER"
+else
+  jobs_as="jobs run as: $(id -un), not isolated from fleet (run make up as root to isolate them)"
+fi
+
 scripts/ensure-redis.sh
 $BIN/python manage.py migrate --noinput -v0
 
@@ -52,6 +69,7 @@ fleet is up: http://$BIND:$FLEET_PORT/
   log in as:  admin / $password
   API docs:   http://$BIND:$FLEET_PORT/api/v1/docs/
   API token:  $token
+  $jobs_as
   try:        curl -H "Authorization: Token $token" http://$BIND:$FLEET_PORT/api/v1/nodes/
 Ctrl-C stops everything.
 MSG

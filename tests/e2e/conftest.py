@@ -109,6 +109,9 @@ class Stack:
             FLEET_TELEMETRY_INTERVAL="1",
             FLEET_LOG_SHIP_INTERVAL="0.5",
             FLEET_SUPERVISE_INTERVAL="0.2",
+            # As root, jobs run as nobody, with scratch directories nobody can reach.
+            FLEET_JOB_USER="nobody",
+            FLEET_JOB_SCRATCH_DIR="/tmp/fleet-test-scratch",
         )
         log = self.logs / f"agent-{node}.log"
         with open(log, "wb") as out:
