@@ -81,6 +81,10 @@ class Agent:
         accounts = config.job_accounts
         if accounts.switching:
             logger.info("jobs run as %s unless FLEET_JOB_USER_MAP maps them", accounts.default)
+            try:
+                accounts.resolve(user=None, team=None)
+            except ExecutorError as exc:
+                logger.error("jobs that no mapping covers will fail: %s", exc)
         else:
             logger.warning(
                 "jobs run as the agent's own account (uid %d) and are not isolated from it: "

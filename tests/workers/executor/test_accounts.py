@@ -77,3 +77,23 @@ def test_root_is_refused_unless_the_admin_allows_it():
 def test_a_root_agent_that_does_not_switch_still_refuses_to_run_jobs_as_root():
     with pytest.raises(ExecutorError, match="FLEET_ALLOW_ROOT_JOBS=1"):
         JobAccounts(switch=False).resolve(user=None, team=None)
+
+
+def _start_agent(tmp_path, accounts):
+    from workers.gpu import SimulatedGpuBackend
+    from workers.runtime import Agent, AgentConfig
+
+    config = AgentConfig(node="unit", state_dir=tmp_path / "state", job_accounts=accounts)
+    backend = SimulatedGpuBackend("1xA100-80GB", node_name="unit")
+    return Agent(config, backend=backend, send=lambda *args, **kwargs: None)
+
+
+def test_the_agent_says_at_start_when_jobs_would_fail_or_are_not_isolated(tmp_path, caplog):
+    _start_agent(tmp_path, accounts(default="no-such-account"))
+    assert "jobs that no mapping covers will fail" in caplog.text
+    assert "'no-such-account' (from FLEET_JOB_USER) does not exist" in caplog.text
+
+    caplog.clear()
+    _start_agent(tmp_path, JobAccounts(switch=False, allow_root=True))
+    assert "jobs run as the agent's own account" in caplog.text
+    assert "not isolated from it" in caplog.text
