@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import secrets
+from datetime import timedelta
 from pathlib import Path
 
 import dj_database_url
@@ -27,7 +28,9 @@ def env_bool(name: str, default: bool) -> bool:
     return value.strip().lower() in {"1", "true", "yes", "on"}
 
 
-DEBUG = env_bool("DEBUG", True)
+# Development mode is asked for (DEBUG=1; `make up` does): production is the default. Even
+# then only staff see Django's technical error pages (fleet/debug.py).
+DEBUG = env_bool("DEBUG", False)
 
 
 def _secret_key() -> str:
@@ -35,7 +38,9 @@ def _secret_key() -> str:
     if key:
         return key
     if not DEBUG:
-        raise ImproperlyConfigured("SECRET_KEY must be set when DEBUG is off.")
+        raise ImproperlyConfigured(
+            "SECRET_KEY must be set in production (or set DEBUG=1 for development mode)."
+        )
     # Development: one generated key kept under var/ so sessions survive restarts.
     path = VAR_DIR / "secret_key"
     if not path.exists():
@@ -61,11 +66,14 @@ INSTALLED_APPS = [
     "drf_spectacular",
     "drf_spectacular_sidecar",
     "django_celery_beat",
+    "axes",
     "fleet",
     "scheduler",
 ]
 
 MIDDLEWARE = [
+    # Outermost: every error under /api/ leaves as JSON; no debug page reaches non-staff.
+    "fleet.middleware.ErrorShapeMiddleware",
     "django.middleware.security.SecurityMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
@@ -74,6 +82,8 @@ MIDDLEWARE = [
     "django.contrib.auth.middleware.AuthenticationMiddleware",
     "django.contrib.messages.middleware.MessageMiddleware",
     "django.middleware.clickjacking.XFrameOptionsMiddleware",
+    # Last: turns a lockout flagged by the authentication backend into the lockout page.
+    "axes.middleware.AxesMiddleware",
 ]
 
 ROOT_URLCONF = "fleet.urls"
@@ -123,6 +133,25 @@ CACHES = {
 AUTH_PASSWORD_VALIDATORS = [
     {"NAME": "django.contrib.auth.password_validation.MinimumLengthValidator"},
 ]
+# Brute-force protection of the two login forms (/login/ and /admin/login/): after
+# FLEET_LOGIN_FAILURE_LIMIT wrong passwords for one user name from one address, that pair is
+# locked out for FLEET_LOGIN_COOLOFF_MINUTES (each further try restarts the wait). Attempts
+# are kept in the database, so every web process sees them; `manage.py axes_reset` unlocks.
+AUTHENTICATION_BACKENDS = [
+    "fleet.auth_backends.LockoutBackend",
+    "django.contrib.auth.backends.ModelBackend",
+]
+AXES_FAILURE_LIMIT = int(env("FLEET_LOGIN_FAILURE_LIMIT", "10"))
+AXES_COOLOFF_TIME = timedelta(minutes=float(env("FLEET_LOGIN_COOLOFF_MINUTES", "15")))
+AXES_LOCKOUT_PARAMETERS = [["username", "ip_address"]]
+AXES_LOCKOUT_CALLABLE = "fleet.auth_backends.lockout_response"
+AXES_RESET_ON_SUCCESS = True
+# Behind a reverse proxy, the client address is the one it appends to X-Forwarded-For.
+AXES_IPWARE_PROXY_COUNT = int(env("FLEET_PROXY_COUNT", "0")) or None
+AXES_IPWARE_META_PRECEDENCE_ORDER = (
+    ["HTTP_X_FORWARDED_FOR", "REMOTE_ADDR"] if AXES_IPWARE_PROXY_COUNT else ["REMOTE_ADDR"]
+)
+
 LOGIN_URL = "/login/"
 LOGIN_REDIRECT_URL = "/"
 LOGOUT_REDIRECT_URL = "/login/"
@@ -143,9 +172,23 @@ WHITENOISE_AUTOREFRESH = DEBUG
 # Sessions read from the cache (written through to the database): live views poll often.
 SESSION_ENGINE = "django.contrib.sessions.backends.cached_db"
 SESSION_COOKIE_HTTPONLY = True
-SESSION_COOKIE_SECURE = not DEBUG
-CSRF_COOKIE_SECURE = not DEBUG
 X_FRAME_OPTIONS = "DENY"
+
+# HTTPS in production: cookies only over TLS, plain http redirected (except /healthz, for
+# probes inside the cluster), HSTS. Behind a proxy that terminates TLS, set
+# FLEET_PROXY_SSL_HEADER=1 so X-Forwarded-Proto: https counts as a secure request.
+SESSION_COOKIE_SECURE = env_bool("FLEET_SECURE_COOKIES", not DEBUG)
+CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
+SECURE_SSL_REDIRECT = env_bool("FLEET_SSL_REDIRECT", not DEBUG)
+SECURE_REDIRECT_EXEMPT = [r"^healthz$"]
+SECURE_HSTS_SECONDS = int(env("FLEET_HSTS_SECONDS", "0" if DEBUG else str(365 * 86400)))
+SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("FLEET_HSTS_INCLUDE_SUBDOMAINS", True)
+SECURE_HSTS_PRELOAD = env_bool("FLEET_HSTS_PRELOAD", True)
+if env_bool("FLEET_PROXY_SSL_HEADER", False):
+    SECURE_PROXY_SSL_HEADER = ("HTTP_X_FORWARDED_PROTO", "https")
+
+# A 500 in development mode: the technical page for staff, the plain one for everyone else.
+DEFAULT_EXCEPTION_REPORTER = "fleet.debug.StaffOnlyExceptionReporter"
 
 REST_FRAMEWORK = {
     "DEFAULT_AUTHENTICATION_CLASSES": [
@@ -156,9 +199,15 @@ REST_FRAMEWORK = {
     "DEFAULT_PAGINATION_CLASS": "fleet.api.pagination.Pagination",
     "DEFAULT_FILTER_BACKENDS": [
         "django_filters.rest_framework.DjangoFilterBackend",
-        "rest_framework.filters.OrderingFilter",
+        "fleet.api.pagination.StrictOrderingFilter",
     ],
-    "DEFAULT_SCHEMA_CLASS": "drf_spectacular.openapi.AutoSchema",
+    # JSON only: errors included, whatever the client accepts (the browsable docs are at
+    # /api/v1/docs/).
+    "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_SCHEMA_CLASS": "fleet.api.schema.AutoSchema",
+    # Token creation is throttled per user (a stolen session cannot mint keys in a loop);
+    # the rates live in the cache, so every web process counts together.
+    "DEFAULT_THROTTLE_RATES": {"tokens": env("FLEET_TOKEN_RATE", "10/hour")},
     "EXCEPTION_HANDLER": "fleet.api.errors.exception_handler",
     "UNAUTHENTICATED_USER": "django.contrib.auth.models.AnonymousUser",
 }

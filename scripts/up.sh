@@ -8,6 +8,9 @@ export FLEET_PORT="${FLEET_PORT:-8000}"
 BIND="${FLEET_BIND:-127.0.0.1}"
 VAR="${FLEET_VAR_DIR:-var}"
 export FLEET_VAR_DIR="$VAR"
+# Development mode (plain-http cookies, a secret key generated under var/, technical error
+# pages for staff only) unless the caller says DEBUG=0; production is the default elsewhere.
+export DEBUG="${DEBUG:-1}"
 mkdir -p "$VAR/log"
 
 # Jobs run as an unprivileged account and cannot read what fleet keeps under $VAR (the

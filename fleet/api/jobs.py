@@ -8,14 +8,29 @@ import django_filters
 from django.db.models import QuerySet
 from drf_spectacular.utils import extend_schema, extend_schema_field
 from rest_framework import serializers, status
+from rest_framework.exceptions import ValidationError
 from rest_framework.generics import GenericAPIView
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from fleet.api.serializers import (
+    FALSE_WORDS,
+    INT_MAX,
+    TRUE_WORDS,
+    StrictCharField,
+    StrictSerializer,
+    check_query_params,
+)
 from fleet.models import Job, JobEvent, JobState
 from fleet.models.jobs import PRIORITY_MAX, PRIORITY_MIN, Qos
-from fleet.selectors.jobs import job_events, job_get, job_list
+from fleet.selectors.jobs import (
+    job_events,
+    job_get,
+    job_list,
+    job_reason_shown,
+    job_state_reason,
+)
 from fleet.services import jobs as job_services
 from fleet.services.access import can_manage_job, can_see_command
 
@@ -24,6 +39,7 @@ class JobOutputSerializer(serializers.ModelSerializer):
     owner = serializers.CharField(source="owner.username")
     team = serializers.CharField(source="team.slug")
     node = serializers.CharField(source="node.name", allow_null=True, default=None)
+    state_reason = serializers.SerializerMethodField()
     pending_reason = serializers.SerializerMethodField()
     queue_position = serializers.SerializerMethodField()
     eta = serializers.SerializerMethodField()
@@ -46,11 +62,14 @@ class JobOutputSerializer(serializers.ModelSerializer):
     def _user(self) -> Any:
         return self.context["request"].user
 
+    def get_state_reason(self, job: Job) -> str:
+        return job_state_reason(job=job, fetched_by=self._user())
+
     # The scheduling cycle writes these for pending jobs; other states show none.
     def get_pending_reason(self, job: Job) -> str | None:
         if job.state != JobState.PENDING:
             return None
-        return job.state_reason or "waiting for the scheduler's next cycle"
+        return self.get_state_reason(job) or "waiting for the scheduler's next cycle"
 
     def get_queue_position(self, job: Job) -> int | None:
         return job.queue_position if job.state == JobState.PENDING else None
@@ -75,19 +94,27 @@ class JobOutputSerializer(serializers.ModelSerializer):
 
 
 class JobFilter(django_filters.FilterSet):
+    """Filters of the job list; a value that is not valid for its filter is a 400."""
+
     state = django_filters.MultipleChoiceFilter(choices=JobState.choices)
     team = django_filters.CharFilter(field_name="team__slug")
     owner = django_filters.CharFilter(field_name="owner__username")
-    mine = django_filters.CharFilter(method="filter_mine", help_text="1: only your own jobs.")
+    mine = django_filters.CharFilter(
+        method="filter_mine", help_text="true (or 1, yes, on): only your own jobs."
+    )
 
     class Meta:
         model = Job
         fields = ["state", "team", "owner", "mine"]
 
     def filter_mine(self, queryset: QuerySet[Job], name: str, value: str) -> QuerySet[Job]:
-        if value.strip().lower() in {"1", "true", "yes", "on"}:
-            return queryset.filter(owner=self.request.user)
-        return queryset
+        word = value.strip().lower()
+        if word not in TRUE_WORDS | FALSE_WORDS:
+            raise ValidationError({"mine": [f"Give true or false; got {value!r}."]})
+        return queryset.filter(owner=self.request.user) if word in TRUE_WORDS else queryset
+
+
+LIST_PARAMS = ("state", "team", "owner", "mine", "ordering", "page", "page_size")
 
 
 class JobListApi(GenericAPIView):
@@ -96,23 +123,29 @@ class JobListApi(GenericAPIView):
     ordering = ["-id"]
     serializer_class = JobOutputSerializer
 
-    class InputSerializer(serializers.Serializer):
+    class InputSerializer(StrictSerializer):
         class Meta:
             ref_name = "JobSubmitInput"
 
-        name = serializers.CharField(max_length=200)
-        command = serializers.CharField(trim_whitespace=False)
-        team = serializers.CharField(
-            required=False, help_text="Team slug; default: your default team."
+        name = StrictCharField(max_length=200)
+        command = StrictCharField(trim_whitespace=False)
+        team = StrictCharField(
+            required=False, max_length=50, help_text="Team slug; default: your default team."
         )
-        env = serializers.DictField(child=serializers.CharField(allow_blank=True), required=False)
-        workdir = serializers.CharField(required=False, allow_blank=True, max_length=1000)
+        env = serializers.DictField(
+            child=StrictCharField(allow_blank=True, trim_whitespace=False),
+            required=False,
+            help_text="Environment variables: names to string values.",
+        )
+        workdir = StrictCharField(required=False, allow_blank=True, max_length=1000)
         gpus = serializers.IntegerField(required=False, min_value=0, max_value=1024)
-        gpu_memory_mb = serializers.IntegerField(required=False, min_value=1)
+        gpu_memory_mb = serializers.IntegerField(required=False, min_value=1, max_value=INT_MAX)
         gpu_compute_percent = serializers.IntegerField(required=False, min_value=1, max_value=100)
-        gpu_model = serializers.CharField(required=False, allow_blank=True, max_length=100)
-        min_gpu_memory_mb = serializers.IntegerField(required=False, min_value=1)
-        time_limit = serializers.IntegerField(required=False, min_value=1, help_text="Seconds.")
+        gpu_model = StrictCharField(required=False, allow_blank=True, max_length=100)
+        min_gpu_memory_mb = serializers.IntegerField(required=False, min_value=1, max_value=INT_MAX)
+        time_limit = serializers.IntegerField(
+            required=False, min_value=1, max_value=INT_MAX, help_text="Seconds."
+        )
         priority = serializers.IntegerField(
             required=False, min_value=PRIORITY_MIN, max_value=PRIORITY_MAX
         )
@@ -125,6 +158,7 @@ class JobListApi(GenericAPIView):
 
     @extend_schema(responses=JobOutputSerializer(many=True))
     def get(self, request: Request) -> Response:
+        check_query_params(request, LIST_PARAMS, repeatable=("state",))
         queryset = self.filter_queryset(self.get_queryset())
         page = self.paginate_queryset(queryset)
         data = JobOutputSerializer(page, many=True, context={"request": request}).data
@@ -151,11 +185,11 @@ class JobDetailApi(APIView):
 class _JobActionApi(APIView):
     action_name = ""
 
-    class InputSerializer(serializers.Serializer):
+    class InputSerializer(StrictSerializer):
         class Meta:
             ref_name = "JobActionInput"
 
-        reason = serializers.CharField(required=False, allow_blank=True, max_length=500)
+        reason = StrictCharField(required=False, allow_blank=True, max_length=500)
 
     def post(self, request: Request, job_id: int) -> Response:
         serializer = self.InputSerializer(data=request.data)
@@ -183,12 +217,20 @@ JobRequeueApi = _action_api("requeue")
 
 class JobEventsApi(APIView):
     class OutputSerializer(serializers.ModelSerializer):
+        reason = serializers.SerializerMethodField()
+
         class Meta:
             model = JobEvent
             ref_name = "JobEvent"
             fields = ["id", "at", "from_state", "to_state", "attempt", "reason", "actor_kind", "actor", "applied"]  # fmt: skip
 
+        def get_reason(self, event: JobEvent) -> str:
+            return job_reason_shown(
+                job=self.context["job"], reason=event.reason, fetched_by=self.context["user"]
+            )
+
     @extend_schema(responses=OutputSerializer(many=True))
     def get(self, request: Request, job_id: int) -> Response:
         job = job_get(job_id=job_id, fetched_by=request.user)
-        return Response(self.OutputSerializer(job_events(job=job), many=True).data)
+        context = {"job": job, "user": request.user}
+        return Response(self.OutputSerializer(job_events(job=job), many=True, context=context).data)

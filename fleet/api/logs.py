@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
-from drf_spectacular.utils import OpenApiParameter, extend_schema, inline_serializer
+from drf_spectacular.utils import extend_schema, inline_serializer
 from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from fleet.api.serializers import INT_MAX, QuerySerializer
 from fleet.errors import NotAllowed
 from fleet.selectors.jobs import job_get
 from fleet.selectors.telemetry import job_log_read
@@ -15,12 +16,23 @@ from fleet.services.access import can_manage_job
 
 
 class JobLogsApi(APIView):
-    class InputSerializer(serializers.Serializer):
+    class InputSerializer(QuerySerializer):
         class Meta:
             ref_name = "JobLogsQuery"
 
-        offset = serializers.IntegerField(required=False, min_value=0, default=0)
-        attempt = serializers.IntegerField(required=False, min_value=1)
+        offset = serializers.IntegerField(
+            required=False,
+            min_value=0,
+            max_value=2**63 - 1,
+            default=0,
+            help_text="Byte offset to read from (default 0).",
+        )
+        attempt = serializers.IntegerField(
+            required=False,
+            min_value=1,
+            max_value=INT_MAX,
+            help_text="Attempt (default: the latest).",
+        )
 
     # A schema-only serializer: a field named "data" would shadow Serializer.data, so the
     # response is the selector's dict as it is.
@@ -38,10 +50,7 @@ class JobLogsApi(APIView):
     )
 
     @extend_schema(
-        parameters=[
-            OpenApiParameter("offset", int, description="Byte offset to read from (default 0)"),
-            OpenApiParameter("attempt", int, description="Attempt (default: the latest)"),
-        ],
+        parameters=[InputSerializer],
         responses=OUTPUT,
     )
     def get(self, request: Request, job_id: int) -> Response:

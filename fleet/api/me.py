@@ -9,8 +9,10 @@ from rest_framework import serializers, status
 from rest_framework.permissions import IsAuthenticated
 from rest_framework.request import Request
 from rest_framework.response import Response
+from rest_framework.throttling import ScopedRateThrottle
 from rest_framework.views import APIView
 
+from fleet.api.serializers import check_no_body
 from fleet.models import Membership
 from fleet.services.tokens import token_rotate
 
@@ -44,11 +46,16 @@ class MeApi(APIView):
 
 
 class TokenApi(APIView):
+    # Per user, counted in the cache (shared by every web process).
+    throttle_classes = [ScopedRateThrottle]
+    throttle_scope = "tokens"
+
     @extend_schema(
         request=None,
         responses={201: inline_serializer("TokenOutput", {"token": serializers.CharField()})},
         summary="Create or rotate your API token; the key is shown only in this response.",
     )
     def post(self, request: Request) -> Response:
+        check_no_body(request)
         key = token_rotate(user=request.user)
         return Response({"token": key}, status=status.HTTP_201_CREATED)

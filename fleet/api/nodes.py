@@ -11,6 +11,12 @@ from rest_framework.response import Response
 from rest_framework.views import APIView
 
 from fleet.api.permissions import IsStaff
+from fleet.api.serializers import (
+    StrictCharField,
+    StrictSerializer,
+    check_no_body,
+    check_query_params,
+)
 from fleet.models import Gpu, Node
 from fleet.selectors.nodes import gpu_jobs, node_get, node_list
 from fleet.selectors.telemetry import gpu_latest_samples
@@ -78,6 +84,7 @@ def _render(nodes: list[Node], many: bool) -> Any:
 class NodeListApi(APIView):
     @extend_schema(responses=NodeOutputSerializer(many=True))
     def get(self, request: Request) -> Response:
+        check_query_params(request, ())
         return Response(_render(list(node_list()), many=True))
 
 
@@ -90,11 +97,11 @@ class NodeDetailApi(APIView):
 class NodeDrainApi(APIView):
     permission_classes = [IsStaff]
 
-    class InputSerializer(serializers.Serializer):
+    class InputSerializer(StrictSerializer):
         class Meta:
             ref_name = "NodeDrainInput"
 
-        reason = serializers.CharField(required=False, allow_blank=True, max_length=500)
+        reason = StrictCharField(required=False, allow_blank=True, max_length=500)
 
     @extend_schema(request=InputSerializer, responses=NodeOutputSerializer)
     def post(self, request: Request, name: str) -> Response:
@@ -113,5 +120,6 @@ class NodeResumeApi(APIView):
 
     @extend_schema(request=None, responses=NodeOutputSerializer)
     def post(self, request: Request, name: str) -> Response:
+        check_no_body(request)
         node = node_resume(node=node_get(name=name), user=request.user)
         return Response(_render([node], many=False))

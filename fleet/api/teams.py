@@ -8,10 +8,20 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from fleet.api.serializers import (
+    INT_MAX,
+    StrictCharField,
+    StrictSerializer,
+    check_query_params,
+)
 from fleet.errors import NotAllowed
 from fleet.models import Team
 from fleet.selectors.teams import team_get, team_list
 from fleet.services.teams import team_update
+
+# Weights scale a team's priority and fair share: positive (team_update checks), finite, and
+# within a range where the scheduler's arithmetic stays meaningful.
+MAX_WEIGHT = 1_000_000.0
 
 
 class TeamOutputSerializer(serializers.ModelSerializer):
@@ -26,22 +36,35 @@ class TeamOutputSerializer(serializers.ModelSerializer):
 class TeamListApi(APIView):
     @extend_schema(responses=TeamOutputSerializer(many=True))
     def get(self, request: Request) -> Response:
+        check_query_params(request, ())
         return Response(TeamOutputSerializer(team_list(fetched_by=request.user), many=True).data)
 
 
 class TeamDetailApi(APIView):
-    class InputSerializer(serializers.Serializer):
+    class InputSerializer(StrictSerializer):
         class Meta:
             ref_name = "TeamUpdateInput"
 
-        name = serializers.CharField(required=False, max_length=100)
-        priority_weight = serializers.FloatField(required=False)
-        fairshare_weight = serializers.FloatField(required=False)
-        guaranteed_gpus = serializers.IntegerField(required=False, min_value=0)
-        gpu_limit = serializers.IntegerField(required=False, min_value=0, allow_null=True)
-        user_gpu_cap = serializers.IntegerField(required=False, min_value=1, allow_null=True)
-        default_time_limit = serializers.IntegerField(required=False, min_value=1)
-        max_time_limit = serializers.IntegerField(required=False, min_value=1)
+        name = StrictCharField(required=False, max_length=100)
+        priority_weight = serializers.FloatField(
+            required=False, max_value=MAX_WEIGHT, help_text="Greater than 0."
+        )
+        fairshare_weight = serializers.FloatField(
+            required=False, max_value=MAX_WEIGHT, help_text="Greater than 0."
+        )
+        guaranteed_gpus = serializers.IntegerField(required=False, min_value=0, max_value=INT_MAX)
+        gpu_limit = serializers.IntegerField(
+            required=False, min_value=0, max_value=INT_MAX, allow_null=True
+        )
+        user_gpu_cap = serializers.IntegerField(
+            required=False, min_value=1, max_value=INT_MAX, allow_null=True
+        )
+        default_time_limit = serializers.IntegerField(
+            required=False, min_value=1, max_value=INT_MAX, help_text="Seconds."
+        )
+        max_time_limit = serializers.IntegerField(
+            required=False, min_value=1, max_value=INT_MAX, help_text="Seconds."
+        )
 
     @extend_schema(responses=TeamOutputSerializer)
     def get(self, request: Request, slug: str) -> Response:

@@ -2,12 +2,19 @@
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from django.db.models import QuerySet
 
 from fleet.errors import NotFound
 from fleet.models import Job, JobEvent
+from fleet.services.access import can_see_command
+
+HIDDEN = "[hidden]"
+# A file path in a reason (an agent's start error names the working directory it could not
+# enter, or a file the command tried to run): a slash not inside a word, up to a separator.
+_PATH = re.compile(r"(?<![\w.~-])[~.]{0,2}/[^\s:;,'\"()]+")
 
 
 def job_list(*, fetched_by: Any) -> QuerySet[Job]:
@@ -24,3 +31,23 @@ def job_get(*, job_id: int, fetched_by: Any) -> Job:
 
 def job_events(*, job: Job) -> QuerySet[JobEvent]:
     return job.events.order_by("id")
+
+
+def job_reason_shown(*, job: Job, reason: str, fetched_by: Any) -> str:
+    """A reason written about `job` (its state_reason, one of its events' reasons) as
+    `fetched_by` may see it.
+
+    The job's team and staff see it whole. Everyone else sees what the README grants them
+    (job metadata), so the reason loses the job's command, working directory and environment
+    values, and any file path (start errors name the working directory, exec errors the
+    program)."""
+    if not reason or can_see_command(fetched_by, job):
+        return reason
+    private = [job.command, job.workdir, *(job.env or {}).values()]
+    for text in sorted({t for t in private if t and len(t) >= 3}, key=len, reverse=True):
+        reason = reason.replace(text, HIDDEN)
+    return _PATH.sub(HIDDEN, reason)
+
+
+def job_state_reason(*, job: Job, fetched_by: Any) -> str:
+    return job_reason_shown(job=job, reason=job.state_reason or "", fetched_by=fetched_by)

@@ -2,19 +2,19 @@
 
 from __future__ import annotations
 
-from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
 from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from fleet.api.serializers import QueryBooleanField, QuerySerializer
 from fleet.models import Job
+from fleet.selectors.jobs import job_state_reason
 from scheduler.cycle.config import settings_get
 from scheduler.cycle.queries import last_cycle, queue_pending, queue_running
 
 MAX_LIMIT = 5000
-TRUE = {"1", "true", "yes", "on"}
 
 
 class QueueJobSerializer(serializers.ModelSerializer):
@@ -39,10 +39,27 @@ class QueueJobSerializer(serializers.ModelSerializer):
     def get_pending_reason(self, job: Job) -> str | None:
         if job.state != "pending":
             return None
-        return job.state_reason or "waiting for the scheduler's next cycle"
+        reason = job_state_reason(job=job, fetched_by=self.context["request"].user)
+        return reason or "waiting for the scheduler's next cycle"
 
 
 class QueueApi(APIView):
+    class InputSerializer(QuerySerializer):
+        class Meta:
+            ref_name = "QueueQuery"
+
+        mine = QueryBooleanField(required=False, help_text="Only your own jobs.")
+        team = serializers.CharField(
+            required=False, max_length=50, help_text="Only this team's jobs (its slug)."
+        )
+        limit = serializers.IntegerField(
+            required=False,
+            min_value=0,
+            max_value=MAX_LIMIT,
+            default=500,
+            help_text=f"Pending jobs listed (default 500, at most {MAX_LIMIT}).",
+        )
+
     class OutputSerializer(serializers.Serializer):
         class Meta:
             ref_name = "Queue"
@@ -54,22 +71,15 @@ class QueueApi(APIView):
         running = QueueJobSerializer(many=True)
 
     @extend_schema(
-        parameters=[
-            OpenApiParameter("mine", OpenApiTypes.BOOL, description="Only your own jobs."),
-            OpenApiParameter("team", OpenApiTypes.STR, description="Only this team's jobs."),
-            OpenApiParameter(
-                "limit", OpenApiTypes.INT, description=f"Pending jobs listed (max {MAX_LIMIT})."
-            ),
-        ],
+        parameters=[InputSerializer],
         responses=OutputSerializer,
     )
     def get(self, request: Request) -> Response:
-        mine = request.query_params.get("mine", "").strip().lower() in TRUE
-        team = request.query_params.get("team") or None
-        try:
-            limit = max(0, min(int(request.query_params.get("limit", 500)), MAX_LIMIT))
-        except ValueError:
-            limit = 500
+        query = self.InputSerializer(data=request.query_params)
+        query.is_valid(raise_exception=True)
+        mine = query.validated_data.get("mine", False)
+        team = query.validated_data.get("team") or None
+        limit = query.validated_data["limit"]
         pending = queue_pending(fetched_by=request.user, mine=mine, team=team)
         running = queue_running(fetched_by=request.user, mine=mine, team=team)
         cycle = last_cycle()
@@ -80,4 +90,4 @@ class QueueApi(APIView):
             "pending": list(pending[:limit]),
             "running": list(running),
         }
-        return Response(self.OutputSerializer(data).data)
+        return Response(self.OutputSerializer(data, context={"request": request}).data)

@@ -10,6 +10,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
+from fleet.api.serializers import StrictCharField, StrictSerializer
 from fleet.errors import NotAllowed
 from scheduler.cycle.config import MAX_TICK_SECONDS, known_params, settings_get, settings_update
 from scheduler.cycle.queries import last_cycle
@@ -28,11 +29,13 @@ class CycleOutputSerializer(serializers.ModelSerializer):
 
 
 class SchedulerSettingsApi(APIView):
-    class InputSerializer(serializers.Serializer):
+    class InputSerializer(StrictSerializer):
         class Meta:
             ref_name = "SchedulerSettingsInput"
 
-        policy = serializers.CharField(required=False, help_text="One of the listed policies.")
+        policy = StrictCharField(
+            required=False, max_length=50, help_text="One of the listed policies."
+        )
         params = serializers.JSONField(
             required=False,
             help_text="Parameters to change (merged into the current ones; null removes one).",
@@ -59,7 +62,13 @@ class SchedulerSettingsApi(APIView):
 
         def get_known_params(self, row: SchedulerSettings) -> dict[str, Any]:
             return {
-                key: {"type": spec.kind, "default": spec.default, "help": spec.help}
+                key: {
+                    "type": spec.kind,
+                    "default": spec.default,
+                    "minimum": spec.minimum,
+                    "maximum": spec.maximum,
+                    "help": spec.help,
+                }
                 for key, spec in sorted(known_params().items())
             }
 

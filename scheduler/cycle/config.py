@@ -9,6 +9,7 @@ tick"), kept in step with the settings row so beat picks a change up without a r
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Mapping
 from dataclasses import dataclass
 from importlib import import_module
@@ -36,30 +37,85 @@ class Param:
     minimum: float | None = None
     choices: tuple[str, ...] = ()
     help: str = ""
+    # Every number has an upper bound too: a value far past any sensible one (a population
+    # of 10**8, an ILP time limit of a day) would stall the cycle or exhaust memory.
+    maximum: float | None = None
+
+
+DAY = 86400.0
+YEAR = 365 * DAY
+# Ranges of the numeric parameters the policy tables define (their defaults give the type).
+RANGES: dict[str, tuple[float, float]] = {
+    "annealing_iterations": (0, 100_000),
+    "annealing_max_jobs": (0, 1_000),
+    "annealing_t0": (0, 1_000),
+    "fragmentation_penalty": (0, 1_000),
+    "genetic_generations": (0, 10_000),
+    "genetic_max_jobs": (0, 1_000),
+    "genetic_mutation": (0, 1),
+    "genetic_patience": (0, 10_000),
+    "genetic_population": (0, 10_000),
+    "ilp_exact_variables": (0, 10_000_000),
+    "ilp_max_jobs": (0, 100_000),
+    "ilp_max_nodes": (0, 10_000),
+    "ilp_max_variables": (0, 50_000_000),
+    "ilp_time_limit": (0, 600),
+    "priority_max_age": (0, YEAR),
+    "priority_reservation_after": (0, YEAR),
+    "value_size_exponent": (0, 10),
+}
+# The rest, by kind: weights and counts.
+DEFAULT_RANGES = {"int": (0.0, 1_000_000.0), "number": (0.0, 1e9)}
+MAX_LIST_ITEMS = 64
+MAX_RANK = 1_000
 
 
 # Read by the cycle itself or shared by several policies.
 COMMON: dict[str, Param] = {
     "fairshare_half_life": Param(
-        "number", DEFAULT_HALF_LIFE, 1.0, help="Seconds after which past usage counts half."
+        "number",
+        DEFAULT_HALF_LIFE,
+        1.0,
+        help="Seconds after which past usage counts half.",
+        maximum=10 * YEAR,
     ),
     "preemption": Param("bool", True, help="A team under its guarantee reclaims GPUs."),
     "qos_preemption": Param("bool", False, help="A higher QoS preempts a lower one."),
-    "qos_ranks": Param("ranks", None, help='QoS name -> rank, e.g. {"low": 0, "high": 2}.'),
-    "max_preemptions_per_cycle": Param("int", 32, 0),
+    "qos_ranks": Param(
+        "ranks",
+        None,
+        -MAX_RANK,
+        help='QoS name -> rank, e.g. {"low": 0, "high": 2}.',
+        maximum=MAX_RANK,
+    ),
+    "max_preemptions_per_cycle": Param("int", 32, 0, maximum=10_000),
     "backfill_use_predictions": Param("bool", False, help="Reservations use predicted ends."),
     "backfill_order": Param("str", "priority", choices=("priority", "submit")),
-    "las_queue_thresholds": Param("numbers", None, 0.0, help="GPU-hours bounding LAS queues."),
+    "las_queue_thresholds": Param(
+        "numbers", None, 0.0, help="GPU-hours bounding LAS queues.", maximum=1e9
+    ),
     "las_preemption": Param("bool", True),
-    "seed": Param("int", 0, help="Seed of the random search policies."),
+    "seed": Param("int", 0, 0, help="Seed of the random search policies.", maximum=2**32 - 1),
     "prediction_history": Param(
-        "int", 5000, 0, help="Finished jobs the runtime predictor learns from."
+        "int",
+        5000,
+        0,
+        help="Finished jobs the runtime predictor learns from.",
+        maximum=1_000_000,
     ),
-    "eta_max_events": Param("int", 100, 0, help="Job ends the ETA forecast plays forward."),
+    "eta_max_events": Param(
+        "int", 100, 0, help="Job ends the ETA forecast plays forward.", maximum=100_000
+    ),
     "eta_interval": Param(
-        "number", 60.0, 0.0, help="Seconds between ETA forecasts (0: every cycle)."
+        "number",
+        60.0,
+        0.0,
+        help="Seconds between ETA forecasts (0: every cycle).",
+        maximum=DAY,
     ),
-    "eta_horizon": Param("number", 30 * 86400.0, 0.0, help="Seconds the ETA forecast covers."),
+    "eta_horizon": Param(
+        "number", 30 * 86400.0, 0.0, help="Seconds the ETA forecast covers.", maximum=YEAR
+    ),
 }
 
 # Policy modules whose defaults name the keys they read: (module, attribute, key prefix).
@@ -96,8 +152,11 @@ def known_params() -> dict[str, Param]:
             continue
         for key, default in target.items():
             kind = _kind_of(default)
-            minimum = 0.0 if kind in ("int", "number") else None
-            params.setdefault(f"{prefix}{key}", Param(kind, default, minimum))
+            name = f"{prefix}{key}"
+            minimum = maximum = None
+            if kind in ("int", "number"):
+                minimum, maximum = RANGES.get(name, DEFAULT_RANGES[kind])
+            params.setdefault(name, Param(kind, default, minimum, maximum=maximum))
     return params
 
 
@@ -133,11 +192,28 @@ def _type_error(key: str, value: Any, spec: Param) -> str | None:
             return wrong
     if spec.choices and value not in spec.choices:
         return f"parameter {key} must be one of {', '.join(spec.choices)}; got {shown}"
-    if spec.minimum is not None:
-        values = value if spec.kind == "numbers" else [value] if is_number else []
-        if any(v < spec.minimum for v in values):
-            return f"parameter {key} must be at least {spec.minimum:g}; got {shown}"
+    if spec.kind in ("numbers", "ranks") and len(value) > MAX_LIST_ITEMS:
+        return f"parameter {key} takes at most {MAX_LIST_ITEMS} entries; got {len(value)}"
+    if spec.kind == "numbers":
+        values = value
+    elif spec.kind == "ranks":
+        values = list(value.values())
+    else:
+        values = [value] if is_number else []
+    low = -math.inf if spec.minimum is None else spec.minimum
+    high = math.inf if spec.maximum is None else spec.maximum
+    if any(not low <= v <= high for v in values):
+        if spec.maximum is None:
+            return f"parameter {key} must be at least {_number(low)}; got {shown}"
+        return (
+            f"parameter {key} must be at least {_number(low)} and at most {_number(high)}; "
+            f"got {shown}"
+        )
     return None
+
+
+def _number(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else f"{value:g}"
 
 
 def validate_policy(name: Any) -> str:
