@@ -10,6 +10,8 @@ from pathlib import Path
 import dj_database_url
 from django.core.exceptions import ImproperlyConfigured
 
+from workers.broker import redis_ssl_options
+
 BASE_DIR = Path(__file__).resolve().parent.parent
 VAR_DIR = Path(os.environ.get("FLEET_VAR_DIR") or BASE_DIR / "var")
 VAR_DIR.mkdir(parents=True, exist_ok=True)
@@ -120,13 +122,18 @@ if DATABASES["default"]["ENGINE"].endswith("sqlite3"):
     DATABASES["default"]["CONN_MAX_AGE"] = 0
 DEFAULT_AUTO_FIELD = "django.db.models.BigAutoField"
 
+# Redis is the cache and the broker. Its password goes in the URL; `rediss://` means TLS,
+# with the server's certificate checked (FLEET_REDIS_CA_FILE, FLEET_REDIS_CERT_REQS:
+# workers/broker.py, which the agent reads too).
 REDIS_URL = env("REDIS_URL", "redis://127.0.0.1:6379/0")
+REDIS_SSL_OPTIONS = redis_ssl_options(REDIS_URL)
 CACHES = {
     "default": {
         "BACKEND": "django.core.cache.backends.redis.RedisCache",
         "LOCATION": REDIS_URL,
         "KEY_PREFIX": "fleet",
         "TIMEOUT": 300,
+        "OPTIONS": REDIS_SSL_OPTIONS,
     }
 }
 
@@ -230,6 +237,8 @@ SPECTACULAR_SETTINGS = {
 # Celery: JSON only, explicit limits, the control queue for the control side and one
 # queue per GPU host ("node.<name>").
 CELERY_BROKER_URL = env("CELERY_BROKER_URL", REDIS_URL)
+# Without these kombu would accept any certificate on a rediss:// broker.
+CELERY_BROKER_USE_SSL = redis_ssl_options(CELERY_BROKER_URL) or None
 CELERY_RESULT_BACKEND = None
 CELERY_TASK_SERIALIZER = "json"
 CELERY_RESULT_SERIALIZER = "json"

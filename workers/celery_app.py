@@ -1,6 +1,7 @@
 """The agent's Celery app: configured from the environment, without Django.
 
-An agent needs the broker URL and its node key, never database credentials. It consumes
+An agent needs the broker URL (with the password; `rediss://` and FLEET_REDIS_CA_FILE for
+TLS, see workers/broker.py) and its node key, never database credentials. It consumes
 only its own queue, `node.<name>`, and sends everything it reports to the control queue.
 Start/stop messages are acknowledged late: an agent that dies mid-task leaves the message
 for its next start, and starting an attempt twice starts it once.
@@ -14,6 +15,8 @@ from collections.abc import Mapping
 from celery import Celery
 from kombu import Queue
 
+from workers.broker import DEFAULT_URL, redis_ssl_options
+
 CONTROL_QUEUE = "control"
 
 
@@ -24,7 +27,7 @@ def node_queue(node_name: str) -> str:
 
 def broker_url(environ: Mapping[str, str] | None = None) -> str:
     env = os.environ if environ is None else environ
-    return env.get("CELERY_BROKER_URL") or env.get("REDIS_URL") or "redis://127.0.0.1:6379/0"
+    return env.get("CELERY_BROKER_URL") or env.get("REDIS_URL") or DEFAULT_URL
 
 
 def control_queue(environ: Mapping[str, str] | None = None) -> str:
@@ -38,6 +41,8 @@ def control_queue(environ: Mapping[str, str] | None = None) -> str:
 app = Celery("fleet-agent", fixups=[], set_as_current=False)
 app.conf.update(
     broker_url=broker_url(),
+    # rediss://: TLS with the certificate checked (FLEET_REDIS_CA_FILE, workers/broker.py).
+    broker_use_ssl=redis_ssl_options(broker_url()) or None,
     task_serializer="json",
     result_serializer="json",
     accept_content=["json"],
@@ -57,8 +62,10 @@ app.conf.update(
 def configure(node_name: str, broker: str | None = None) -> Celery:
     """Point the app at the broker and at this node's queue only."""
     queue = node_queue(node_name)
+    url = broker or broker_url()
     app.conf.update(
-        broker_url=broker or broker_url(),
+        broker_url=url,
+        broker_use_ssl=redis_ssl_options(url) or None,
         task_default_queue=queue,
         task_queues=[Queue(queue)],
     )

@@ -21,7 +21,10 @@ def _database_ok() -> tuple[bool, str]:
 def _redis_ok() -> tuple[bool, str]:
     try:
         client = redis.Redis.from_url(
-            settings.REDIS_URL, socket_timeout=2, socket_connect_timeout=2
+            settings.REDIS_URL,
+            socket_timeout=2,
+            socket_connect_timeout=2,
+            **getattr(settings, "REDIS_SSL_OPTIONS", {}),
         )
         client.ping()
         return True, "ok"

@@ -95,15 +95,15 @@ def _sync_gpus(node: Node, gpus: Sequence[dict[str, Any]]) -> list[str]:
     wanted = {str(g["uuid"]): g for g in gpus}
     rows = list(Gpu.objects.filter(Q(node=node) | Q(uuid__in=list(wanted))).select_related("node"))
     refused = []
-    for row in rows:
-        if row.node_id != node.pk:
-            del wanted[row.uuid]
-            refused.append(f"{row.uuid} (node {row.node.name})")
+    for other in rows:
+        if other.node_id != node.pk:
+            del wanted[other.uuid]
+            refused.append(f"{other.uuid} (node {other.node.name})")
             log.warning(
                 "node %s registered GPU %s, which is registered to node %s: refused",
                 node.name,
-                row.uuid,
-                row.node.name,
+                other.uuid,
+                other.node.name,
             )
     rows = [r for r in rows if r.node_id == node.pk]
     stale = [r.pk for r in rows if r.uuid not in wanted or r.index != int(wanted[r.uuid]["index"])]

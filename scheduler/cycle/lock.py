@@ -45,7 +45,7 @@ def _advisory(using: str) -> Iterator[bool]:
 def redis_client() -> object:
     import redis
 
-    return redis.Redis.from_url(settings.REDIS_URL)
+    return redis.Redis.from_url(settings.REDIS_URL, **getattr(settings, "REDIS_SSL_OPTIONS", {}))
 
 
 @contextmanager
