@@ -119,3 +119,23 @@ def test_a_job_mapped_to_root_or_to_a_missing_account_does_not_start(host):
     assert agent.executor.handles == {}
     assert not Path("/root-was-here").exists()
     assert not any((host / "scratch").glob("*"))
+
+
+def test_state_and_logs_folders_that_existed_world_readable_are_made_private(tmp_path):
+    from workers.gpu import SimulatedGpuBackend
+    from workers.runtime import Agent as Runtime
+    from workers.runtime import AgentConfig
+
+    state = tmp_path / "agent"
+    for folder in (state, state / "logs", state / "attempts"):
+        folder.mkdir(mode=0o755)
+        folder.chmod(0o755)  # as an older agent left them
+
+    Runtime(
+        AgentConfig(node="unit", state_dir=state, job_accounts=JobAccounts.own()),
+        backend=SimulatedGpuBackend("1xA100-80GB", node_name="unit"),
+        send=lambda *args, **kwargs: None,
+    )
+
+    for folder in (state, state / "logs", state / "attempts"):
+        assert stat.S_IMODE(folder.stat().st_mode) == 0o700, folder
