@@ -236,3 +236,16 @@ def test_the_rollup_still_runs_when_the_flush_fails(
 
     monkeypatch.setattr("fleet.services.telemetry.telemetry_flush", broken)
     assert telemetry_rollup(now=minute + timedelta(minutes=2))["rolled"] == 1
+
+
+def test_staff_see_a_nodes_refused_readings_on_its_page(
+    hosts: tuple[Host, Host], staff: Any, web: Client
+) -> None:
+    a, _ = hosts
+    telemetry_ingest(node=a.node, payload=a.payload(temperature_c=-273.0))
+    admin = Client()
+    admin.force_login(staff)
+    page = admin.get(f"/nodes/{a.node.name}/").content.decode()
+    assert "Refused telemetry readings from this node: 1" in page
+    assert "(temperature_c: 1);" in page
+    assert "Refused telemetry" not in web.get(f"/nodes/{a.node.name}/").content.decode()

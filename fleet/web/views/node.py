@@ -15,6 +15,7 @@ from fleet.errors import ApplicationError, NotFound
 from fleet.models import Node, NodeState
 from fleet.selectors.jobs import job_list
 from fleet.selectors.nodes import node_get
+from fleet.selectors.telemetry import telemetry_refused
 from fleet.services.nodes import node_drain, node_resume
 from fleet.web import live
 from fleet.web.access import member_required, staff_required
@@ -51,6 +52,10 @@ def node_page(request: HttpRequest, name: str) -> HttpResponse:
             "can_drain": request.user.is_staff,
         }
     )
+    if request.user.is_staff:  # readings refused on arrival: staff act on a broken host
+        refused = telemetry_refused(node=node)
+        context["refused_total"] = refused.pop("total", 0)
+        context["refused_fields"] = ", ".join(f"{k}: {v}" for k, v in sorted(refused.items()))
     return render(request, "web/node.html", context)
 
 
