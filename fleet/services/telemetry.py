@@ -23,7 +23,7 @@ from typing import Any
 
 from django.conf import settings
 from django.core.cache import cache
-from django.db import DatabaseError, transaction
+from django.db import DataError, IntegrityError, transaction
 from django.db.models import Avg, Count, Max, Min, Q
 from django.db.models.functions import TruncMinute
 from django.utils import timezone
@@ -266,9 +266,10 @@ def telemetry_flush(*, max_rows: int = 20000) -> int:
     try:
         with transaction.atomic():
             TelemetrySample.objects.bulk_create(samples, batch_size=1000)
-    except DatabaseError:
+    except (IntegrityError, DataError):
         # A GPU deleted since the check above, or a value the database refuses: store the
-        # rows one by one and drop only those that fail.
+        # rows one by one and drop only those that fail. (A database that is down raises
+        # OperationalError, which is not caught here.)
         log.warning("telemetry batch refused by the database; storing it row by row")
         stored = 0
         for sample in samples:
@@ -277,7 +278,7 @@ def telemetry_flush(*, max_rows: int = 20000) -> int:
                     sample.pk = None
                     sample.save(force_insert=True)
                 stored += 1
-            except DatabaseError as exc:
+            except (IntegrityError, DataError) as exc:
                 log.warning("dropped a telemetry row of gpu %s: %s", sample.gpu_id, exc)
         return stored
     return len(samples)

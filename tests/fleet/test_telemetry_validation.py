@@ -12,6 +12,7 @@ from typing import Any
 
 import pytest
 from django.core.cache import cache
+from django.db import DataError, IntegrityError
 from django.test import Client
 from django.utils import timezone
 
@@ -249,3 +250,28 @@ def test_staff_see_a_nodes_refused_readings_on_its_page(
     assert "Refused telemetry readings from this node: 1" in page
     assert "(temperature_c: 1);" in page
     assert "Refused telemetry" not in web.get(f"/nodes/{a.node.name}/").content.decode()
+
+
+def test_a_batch_the_database_refuses_is_stored_row_by_row(
+    hosts: tuple[Host, Host], monkeypatch: Any
+) -> None:
+    a, b = hosts
+    gpu_a, gpu_b = a.node.gpus.get(index=0), b.node.gpus.get(index=0)
+    at = timezone.now().timestamp()
+    rows = [[gpu.pk, at, 40.0, 1000, 81920, 50.0, 200.0, 1400] for gpu in (gpu_a, gpu_b, gpu_a)]
+    redis().rpush(cache.make_key(BUFFER_KEY), *(json.dumps(r) for r in rows))
+
+    def refuse_batch(*_: Any, **__: Any) -> None:
+        raise DataError("a value the database cannot hold")
+
+    real_save = TelemetrySample.save
+
+    def refuse_b(sample: TelemetrySample, *args: Any, **kwargs: Any) -> None:
+        if sample.gpu_id == gpu_b.pk:  # e.g. its GPU was deleted since the check
+            raise IntegrityError("violates foreign key constraint")
+        real_save(sample, *args, **kwargs)
+
+    monkeypatch.setattr(TelemetrySample.objects, "bulk_create", refuse_batch)
+    monkeypatch.setattr(TelemetrySample, "save", refuse_b)
+    assert telemetry_flush() == 2
+    assert list(TelemetrySample.objects.values_list("gpu_id", flat=True)) == [gpu_a.pk] * 2
