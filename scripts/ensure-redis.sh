@@ -20,6 +20,13 @@ ping() {  # no client needed: speak RESP over bash's /dev/tcp
   case "$reply" in +PONG*|-NOAUTH*) return 0 ;; *) return 1 ;; esac
 }
 
+if [ "${url%%://*}" = rediss ]; then
+  # TLS (and a password): an operator's Redis, never started here. Something must listen.
+  if { exec 3<>"/dev/tcp/$host/$port"; } 2>/dev/null; then exec 3<&- 3>&-; exit 0; fi
+  echo "No Redis listens at $host:$port (REDIS_URL is rediss://: start that Redis yourself," >&2
+  echo "see the README's broker credentials, or use a redis:// URL for a local one)." >&2
+  exit 1
+fi
 ping && exit 0
 if ! command -v redis-server >/dev/null 2>&1; then
   if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null 2>&1; then
