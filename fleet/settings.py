@@ -208,9 +208,11 @@ REST_FRAMEWORK = {
         "django_filters.rest_framework.DjangoFilterBackend",
         "fleet.api.pagination.StrictOrderingFilter",
     ],
-    # JSON only: errors included, whatever the client accepts (the browsable docs are at
-    # /api/v1/docs/).
+    # JSON in and out: errors included, whatever the client accepts (the browsable docs are
+    # at /api/v1/docs/); another body type is a 415.
     "DEFAULT_RENDERER_CLASSES": ["rest_framework.renderers.JSONRenderer"],
+    "DEFAULT_PARSER_CLASSES": ["rest_framework.parsers.JSONParser"],
+    "TEST_REQUEST_DEFAULT_FORMAT": "json",
     "DEFAULT_SCHEMA_CLASS": "fleet.api.schema.AutoSchema",
     # Token creation is throttled per user (a stolen session cannot mint keys in a loop);
     # the rates live in the cache, so every web process counts together.

@@ -6,6 +6,7 @@ from typing import Any
 
 import django_filters
 from django.db.models import QuerySet
+from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import extend_schema, extend_schema_field
 from rest_framework import serializers, status
 from rest_framework.exceptions import ValidationError
@@ -93,15 +94,18 @@ class JobOutputSerializer(serializers.ModelSerializer):
         return can_manage_job(self._user(), job)
 
 
+@extend_schema_field(OpenApiTypes.BOOL)
+class FlagFilter(django_filters.CharFilter):
+    """true/false (or 1/0, yes/no, on/off); the method refuses anything else."""
+
+
 class JobFilter(django_filters.FilterSet):
     """Filters of the job list; a value that is not valid for its filter is a 400."""
 
     state = django_filters.MultipleChoiceFilter(choices=JobState.choices)
     team = django_filters.CharFilter(field_name="team__slug")
     owner = django_filters.CharFilter(field_name="owner__username")
-    mine = django_filters.CharFilter(
-        method="filter_mine", help_text="true (or 1, yes, on): only your own jobs."
-    )
+    mine = FlagFilter(method="filter_mine", help_text="Only your own jobs.")
 
     class Meta:
         model = Job

@@ -34,12 +34,21 @@ class Pagination(PageNumberPagination):
         return self.page_size if size is None else size
 
     def paginate_queryset(self, queryset: Any, request: Any, view: Any = None) -> Any:
-        _whole(request.query_params, "page", 1, INT_MAX)
+        number = _whole(request.query_params, "page", 1, INT_MAX)
         try:
             return super().paginate_queryset(queryset, request, view)
         except NotFound:
-            # Past the last page: nothing there, named like any other bad parameter.
-            raise ValidationError({"page": ["There is no such page."]})
+            # A well-formed page past the last one: there is nothing there (404).
+            raise NotFound(f"There is no page {number}; the list has fewer pages.")
+
+    def get_schema_operation_parameters(self, view: Any) -> list[dict[str, Any]]:
+        parameters = super().get_schema_operation_parameters(view)
+        bounds = {"page": (1, INT_MAX), "page_size": (1, self.max_page_size)}
+        for parameter in parameters:
+            if parameter["name"] in bounds:
+                low, high = bounds[parameter["name"]]
+                parameter["schema"].update(minimum=low, maximum=high)
+        return parameters
 
 
 class StrictOrderingFilter(OrderingFilter):
@@ -63,3 +72,15 @@ class StrictOrderingFilter(OrderingFilter):
                     }
                 )
         return super().get_ordering(request, queryset, view)
+
+    def get_schema_operation_parameters(self, view: Any) -> list[dict[str, Any]]:
+        parameters = super().get_schema_operation_parameters(view)
+        fields = [f for f in getattr(view, "ordering_fields", None) or [] if isinstance(f, str)]
+        for parameter in parameters:
+            if parameter["name"] == self.ordering_param and fields:
+                choices = sorted(fields + [f"-{f}" for f in fields])
+                parameter["schema"] = {"type": "string", "enum": choices}
+                parameter["description"] = (
+                    "Sort by this field (prefix - to reverse; several, comma-separated)."
+                )
+        return parameters

@@ -6,7 +6,7 @@ the schema fuzzer know them:
 
 - 400 where the operation reads a body or query parameters (validation, unknown fields),
 - 401 and 403 everywhere (no or a bad token; not in a team, not staff, CSRF),
-- 404 where the path names an object,
+- 404 where the path names an object (or a page past the last),
 - 409 for an action on an object (cancel a finished job, drain a down node),
 - 413 and 415 where there is a body (too large; not JSON),
 - 429 where the view is throttled.
@@ -18,6 +18,8 @@ from typing import Any
 
 from drf_spectacular import openapi
 from rest_framework import serializers
+
+from fleet.api.serializers import StrictCharField, StrictSerializer
 
 BODY_METHODS = {"POST", "PUT", "PATCH"}
 
@@ -54,7 +56,7 @@ class AutoSchema(openapi.AutoSchema):
         codes = ["401", "403"]
         if has_body or has_query:
             codes.append("400")
-        if has_path_object:
+        if has_path_object or any(p.get("name") == "page" for p in parameters):
             codes.append("404")
             if method == "POST":
                 codes.append("409")
@@ -63,6 +65,35 @@ class AutoSchema(openapi.AutoSchema):
         if getattr(self.view, "throttle_classes", None) and method in BODY_METHODS:
             codes.append("429")
         return [code for code in codes if code not in responses]
+
+    def _map_serializer(
+        self, serializer: Any, direction: Any, bypass_extensions: bool = False
+    ) -> Any:
+        schema = super()._map_serializer(serializer, direction, bypass_extensions)
+        if isinstance(serializer, StrictSerializer):
+            schema["additionalProperties"] = False  # an unknown field is a 400
+        return schema
+
+    def _get_parameters(self) -> Any:
+        parameters = super()._get_parameters()
+        for parameter in parameters:
+            schema = parameter.get("schema", {})
+            if schema.get("type") == "string" and not ({"enum", "format"} & set(schema)):
+                schema.setdefault("pattern", "^[^\\x00]*$")  # Django refuses NUL characters
+        return parameters
+
+    def _map_serializer_field(
+        self, field: Any, direction: Any, bypass_extensions: bool = False
+    ) -> Any:
+        schema = super()._map_serializer_field(field, direction, bypass_extensions)
+        if direction == "request" and type(field) in (serializers.CharField, StrictCharField):
+            # What DRF refuses in a string, stated: empty (unless allowed), NUL characters.
+            if "oneOf" in schema:  # allow_blank: a string, or the empty one (exactly one holds)
+                schema["oneOf"][0].setdefault("pattern", "^[^\\x00]+$")
+            else:
+                schema.setdefault("minLength", 1)
+                schema.setdefault("pattern", "^[^\\x00]*$")
+        return schema
 
     def _get_response_bodies(self, direction: Any = "response") -> Any:
         responses = super()._get_response_bodies(direction)

@@ -32,7 +32,8 @@ def _refuse_unknown(data: Any, known: Iterable[str], what: str) -> None:
 
 
 class StrictSerializer(serializers.Serializer):
-    """A request body serializer: a field it does not declare is an error."""
+    # A request body serializer: a field it does not declare is an error. (A comment, not a
+    # docstring: the schema would show it as every input's description.)
 
     def to_internal_value(self, data: Any) -> Any:
         if not isinstance(data, Mapping):
@@ -44,7 +45,7 @@ class StrictSerializer(serializers.Serializer):
 
 
 class QuerySerializer(serializers.Serializer):
-    """Query parameters: unknown ones and repeated ones are errors."""
+    # Query parameters: unknown ones and repeated ones are errors.
 
     def to_internal_value(self, data: Any) -> Any:
         _refuse_unknown(data, self.fields, "query parameter")
@@ -52,6 +53,9 @@ class QuerySerializer(serializers.Serializer):
             repeated = sorted(k for k in data if len(data.getlist(k)) > 1)
             if repeated:
                 raise ValidationError({k: ["Give this parameter once."] for k in repeated})
+            # A plain dict: DRF would read an empty value in a QueryDict as "not given", so
+            # ?until= would mean now; here it is a value, and a bad one.
+            data = {key: data.get(key) for key in data}
         return super().to_internal_value(data)
 
 
@@ -77,13 +81,23 @@ def check_no_body(request: Request) -> None:
 
 
 class StrictCharField(serializers.CharField):
-    """A string, and only a string: 5 is refused rather than stored as "5"."""
+    """A string, and only a string: 5 is refused rather than stored as "5". Kept as sent
+    (no trimming), so the schema's length limits are the ones applied; services refuse a
+    name that is only blanks."""
 
     default_error_messages = {"invalid": "Must be a string."}
+
+    def __init__(self, **kwargs: Any) -> None:
+        kwargs.setdefault("trim_whitespace", False)
+        super().__init__(**kwargs)
 
     def to_internal_value(self, data: Any) -> str:
         if not isinstance(data, str):
             self.fail("invalid")
+        # The limit holds for what was sent, as the schema says, not for what is left after
+        # trimming whitespace.
+        if self.max_length is not None and len(data) > self.max_length:
+            self.fail("max_length", max_length=self.max_length)
         return super().to_internal_value(data)
 
 

@@ -8,7 +8,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from fleet.api.serializers import QueryBooleanField, QuerySerializer
+from fleet.api.serializers import QueryBooleanField, QuerySerializer, StrictCharField
 from fleet.models import Job
 from fleet.selectors.jobs import job_state_reason
 from scheduler.cycle.config import settings_get
@@ -49,7 +49,7 @@ class QueueApi(APIView):
             ref_name = "QueueQuery"
 
         mine = QueryBooleanField(required=False, help_text="Only your own jobs.")
-        team = serializers.CharField(
+        team = StrictCharField(
             required=False, max_length=50, help_text="Only this team's jobs (its slug)."
         )
         limit = serializers.IntegerField(

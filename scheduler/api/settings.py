@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from drf_spectacular.extensions import OpenApiSerializerFieldExtension
 from drf_spectacular.utils import extend_schema
 from rest_framework import serializers
 from rest_framework.request import Request
@@ -12,10 +13,72 @@ from rest_framework.views import APIView
 
 from fleet.api.serializers import StrictCharField, StrictSerializer
 from fleet.errors import NotAllowed
-from scheduler.cycle.config import MAX_TICK_SECONDS, known_params, settings_get, settings_update
+from scheduler.cycle.config import (
+    MAX_LIST_ITEMS,
+    MAX_TICK_SECONDS,
+    Param,
+    known_params,
+    settings_get,
+    settings_update,
+)
 from scheduler.cycle.queries import last_cycle
 from scheduler.models import CycleRecord, SchedulerSettings
 from scheduler.policies import policy_names
+
+
+class PolicyField(StrictCharField):
+    """A policy name (checked by settings_update, which lists the known ones)."""
+
+
+class ParamsField(serializers.JSONField):
+    """Scheduler parameters: names to values (checked by settings_update)."""
+
+
+def _param_schema(spec: Param) -> dict[str, Any]:
+    bounds = {
+        key: value
+        for key, value in (("minimum", spec.minimum), ("maximum", spec.maximum))
+        if value is not None
+    }
+    if spec.kind == "bool":
+        schema: dict[str, Any] = {"type": "boolean"}
+    elif spec.kind in ("int", "number"):
+        schema = {"type": "integer" if spec.kind == "int" else "number", **bounds}
+    elif spec.kind == "numbers":
+        item = {"type": "number", **bounds}
+        schema = {"type": "array", "items": item, "maxItems": MAX_LIST_ITEMS}
+    elif spec.kind == "ranks":
+        schema = {
+            "type": "object",
+            "additionalProperties": {"type": "integer", **bounds},
+            "maxProperties": MAX_LIST_ITEMS,
+        }
+    else:
+        schema = {"type": "string", **({"enum": list(spec.choices)} if spec.choices else {})}
+    if spec.help:
+        schema["description"] = spec.help
+    return {**schema, "nullable": True}
+
+
+class PolicyFieldSchema(OpenApiSerializerFieldExtension):
+    target_class = "scheduler.api.settings.PolicyField"
+
+    def map_serializer_field(self, auto_schema: Any, direction: Any) -> dict[str, Any]:
+        return {"type": "string", "enum": policy_names(), "description": "The active policy."}
+
+
+class ParamsFieldSchema(OpenApiSerializerFieldExtension):
+    """Each parameter the policies read, with its type and range; null resets one."""
+
+    target_class = "scheduler.api.settings.ParamsField"
+
+    def map_serializer_field(self, auto_schema: Any, direction: Any) -> dict[str, Any]:
+        return {
+            "type": "object",
+            "properties": {k: _param_schema(p) for k, p in sorted(known_params().items())},
+            "additionalProperties": False,
+            "description": "Parameters to change (merged into the current ones; null resets one).",
+        }
 
 
 class CycleOutputSerializer(serializers.ModelSerializer):
@@ -33,13 +96,8 @@ class SchedulerSettingsApi(APIView):
         class Meta:
             ref_name = "SchedulerSettingsInput"
 
-        policy = StrictCharField(
-            required=False, max_length=50, help_text="One of the listed policies."
-        )
-        params = serializers.JSONField(
-            required=False,
-            help_text="Parameters to change (merged into the current ones; null removes one).",
-        )
+        policy = PolicyField(required=False, max_length=50)
+        params = ParamsField(required=False)
         tick_seconds = serializers.IntegerField(
             required=False, min_value=1, max_value=MAX_TICK_SECONDS
         )
