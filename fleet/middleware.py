@@ -1,7 +1,7 @@
 """Error responses: one JSON shape under /api/, and no debug page for non-staff.
 
-Errors that DRF's exception handler sees already have the shape. This middleware, the
-outermost, catches the rest: a URL that matches no route (/api/v1/jobs/abc/), a body over
+Errors that DRF's exception handler sees already have the shape. This middleware, right
+inside SecurityMiddleware, catches the rest: a URL that matches no route (/api/v1/jobs/abc/), a body over
 DATA_UPLOAD_MAX_MEMORY_SIZE, a 500 from anywhere. Under /api/ each leaves as
 `{"message": ..., "extra": {...}}`; elsewhere the HTML error pages stay, but in development
 mode a non-staff visitor gets the plain 404 page instead of Django's technical one (the

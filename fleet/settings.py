@@ -74,9 +74,10 @@ INSTALLED_APPS = [
 ]
 
 MIDDLEWARE = [
-    # Outermost: every error under /api/ leaves as JSON; no debug page reaches non-staff.
-    "fleet.middleware.ErrorShapeMiddleware",
     "django.middleware.security.SecurityMiddleware",
+    # Next (its responses still get the security headers): every error under /api/ leaves
+    # as JSON; no debug page reaches non-staff.
+    "fleet.middleware.ErrorShapeMiddleware",
     "whitenoise.middleware.WhiteNoiseMiddleware",
     "django.contrib.sessions.middleware.SessionMiddleware",
     "django.middleware.common.CommonMiddleware",

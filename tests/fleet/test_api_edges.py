@@ -300,3 +300,22 @@ def test_another_team_sees_scheduler_reasons_unchanged(
     assert shown["state_reason"] == "needs 4 GPUs on one node; 2/8 free"
     queued = outsider_api.get("/api/v1/queue/").json()["pending"][0]["pending_reason"]
     assert queued == "needs 4 GPUs on one node; 2/8 free"
+
+
+def test_a_length_limit_counts_what_was_sent_blanks_included(
+    staff_api: APIClient, fleet_nodes: Any
+) -> None:
+    reason = " " * 10 + "x" * 495  # 505 characters; 495 once trimmed
+    response = staff_api.post("/api/v1/nodes/sim-a/drain/", {"reason": reason}, format="json")
+    assert "reason" in _fields(response)
+
+
+def test_an_empty_query_value_is_a_bad_value_not_a_missing_one(
+    owner_api: APIClient, fleet_nodes: Any
+) -> None:
+    assert "until" in _fields(owner_api.get("/api/v1/nodes/sim-a/telemetry/?until="))
+
+
+def test_api_errors_carry_the_security_headers(owner_api: APIClient) -> None:
+    response = owner_api.get("/api/v1/jobs/abc/")
+    assert response["X-Content-Type-Options"] == "nosniff"
