@@ -252,7 +252,10 @@ CELERY_TASK_SOFT_TIME_LIMIT = int(env("FLEET_TASK_SOFT_TIME_LIMIT", "100"))
 CELERY_TASK_IGNORE_RESULT = True
 CELERY_WORKER_PREFETCH_MULTIPLIER = 1
 CELERY_BROKER_CONNECTION_RETRY_ON_STARTUP = True
-CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": 3600}
+# A message taken by a worker that died before acknowledging it goes back to the queue after
+# this many seconds. Only agent messages are acknowledged late, and they run for at most
+# 60 s, so two minutes redeliver promptly without ever running a live one twice.
+CELERY_BROKER_TRANSPORT_OPTIONS = {"visibility_timeout": int(env("FLEET_REDELIVER_AFTER", "120"))}
 CELERY_BEAT_SCHEDULER = "django_celery_beat.schedulers:DatabaseScheduler"
 CELERY_TIMEZONE = TIME_ZONE
 

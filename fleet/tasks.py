@@ -17,18 +17,20 @@ from django.db import OperationalError
 
 from fleet.celery import app
 from fleet.models import Node
-from fleet.services import agents, telemetry, telemetry_logs, wire
+from fleet.services import agents, job_reports, reaper, telemetry, telemetry_logs, wire
 
-# A database that is briefly unavailable or locked (SQLite under several writers) must not
-# lose a report: the message is retried with backoff, and applying it twice is harmless.
+# A database that is unavailable for minutes (a restart, a failover) or locked (SQLite
+# under several writers) must not lose a report: the message is retried with backoff for
+# about 8 minutes, and applying it twice is harmless. Past that, the agent still repeats
+# every outcome with its heartbeats until it is acknowledged (workers/outcomes.py).
 AGENT_MESSAGE: dict[str, Any] = {
     "acks_late": True,
     "time_limit": 60,
     "soft_time_limit": 50,
     "autoretry_for": (OperationalError,),
     "retry_backoff": 1,
-    "retry_backoff_max": 30,
-    "max_retries": 8,
+    "retry_backoff_max": 60,
+    "max_retries": 12,
 }
 
 Handler = Callable[[Node, dict[str, Any]], Any]
@@ -54,8 +56,16 @@ def agent_task(name: str, **options: Any) -> Callable[[Handler], Any]:
     return register
 
 
-def _ints(rows: Any) -> list[list[Any]]:
-    return [list(row) for row in rows or []]
+def _alive(a: dict[str, Any]) -> dict[str, Any]:
+    """What registrations and heartbeats share: running attempts, unacknowledged outcomes,
+    the agent's clock reading and its lease."""
+    at, lease = a.get("at"), a.get("lease")
+    return {
+        "running": [list(row) for row in a.get("running") or []],
+        "outcomes": [o for o in a.get("outcomes") or [] if isinstance(o, dict)],
+        "at": float(at) if at is not None else None,
+        "lease": float(lease) if lease is not None else None,
+    }
 
 
 @agent_task("fleet.tasks.agent_register", **AGENT_MESSAGE)
@@ -65,18 +75,18 @@ def agent_register(node: Node, a: dict[str, Any]) -> None:
         backend=str(a.get("backend") or ""),
         agent_version=str(a.get("agent_version") or ""),
         gpus=list(a.get("gpus") or []),
-        running=_ints(a.get("running")),
+        **_alive(a),
     )
 
 
 @agent_task("fleet.tasks.agent_heartbeat", **AGENT_MESSAGE)
 def agent_heartbeat(node: Node, a: dict[str, Any]) -> None:
-    agents.agent_heartbeat(node=node, running=_ints(a.get("running")))
+    agents.agent_heartbeat(node=node, **_alive(a))
 
 
 @agent_task("fleet.tasks.job_report", **AGENT_MESSAGE)
 def job_report(node: Node, a: dict[str, Any]) -> None:
-    agents.job_report_apply(
+    job_reports.job_report_apply(
         node=node,
         job_id=int(a["job_id"]),
         attempt=int(a["attempt"]),
@@ -108,7 +118,7 @@ def telemetry_ingest(node: Node, a: dict[str, Any]) -> None:
 
 @app.task(name="fleet.tasks.reap_nodes", time_limit=60, soft_time_limit=50)
 def reap_nodes() -> dict[str, int]:
-    return agents.nodes_reap()
+    return reaper.nodes_reap()
 
 
 @app.task(name="fleet.tasks.telemetry_rollup", time_limit=300, soft_time_limit=280)

@@ -24,9 +24,11 @@ from pathlib import Path
 from typing import Any
 
 from workers import tasks
-from workers.celery_app import configure, control_queue, node_queue
+from workers.celery_app import broker_url, configure, control_queue, node_queue
 from workers.executor.accounts import JobAccounts
+from workers.fence import broker_client, fenced
 from workers.gpu import select_backend
+from workers.lease import DEFAULT_LEASE_S
 from workers.logship import DEFAULT_MAX_BYTES
 from workers.runtime import Agent, AgentConfig
 from workers.wire import (
@@ -132,6 +134,7 @@ def build_agent(args: argparse.Namespace) -> Agent:
         supervise_interval=_number("FLEET_SUPERVISE_INTERVAL", 1.0),
         job_grace=_number("FLEET_JOB_GRACE", 30.0),
         log_max_bytes=int(_number("FLEET_LOG_MAX_BYTES", DEFAULT_MAX_BYTES)),
+        lease_seconds=_number("FLEET_LEASE_S", DEFAULT_LEASE_S),
         version=_version(),
         **_job_settings(),
     )
@@ -153,7 +156,13 @@ def build_agent(args: argparse.Namespace) -> Agent:
                 retry_policy={"max_retries": 3, "interval_start": 0.2, "interval_step": 0.5},
             )
 
-    return Agent(config, backend=backend, send=send)
+    fences = broker_client(broker_url())
+    return Agent(
+        config,
+        backend=backend,
+        send=send,
+        fence=lambda job_id, attempt, dispatch: fenced(fences, job_id, attempt, dispatch),
+    )
 
 
 def main(argv: Sequence[str] | None = None) -> None:

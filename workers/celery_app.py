@@ -54,7 +54,11 @@ app.conf.update(
     worker_enable_remote_control=False,
     worker_hijack_root_logger=False,
     broker_connection_retry_on_startup=True,
-    broker_transport_options={"visibility_timeout": 3600},
+    # A start or stop taken by an agent that died before acknowledging it goes back to the
+    # queue after this many seconds (a start by then has usually expired: harmless).
+    broker_transport_options={
+        "visibility_timeout": int(os.environ.get("FLEET_REDELIVER_AFTER") or 120)
+    },
     task_time_limit=60,
 )
 

@@ -2,8 +2,10 @@
 
 One `Agent` per host process. It owns the executor and supervisor (workers/executor/),
 the GPU backend and the log shipper, and talks to the control side only through `send`
-(`send(task_name, **kwargs)`, which adds the node name and key). Every report carries
-(job_id, attempt). Nothing here imports Django; tests drive it with a recording `send`
+(`send(task_name, **kwargs)`, which signs the message with the node key). Every report
+carries (job_id, attempt). Final reports are also kept on disk until the control side
+acknowledges them (workers.outcomes), and the same acknowledgement renews the agent's
+lease (workers.lease). Nothing here imports Django; tests drive it with a recording `send`
 and call the tick methods directly.
 """
 
@@ -21,7 +23,9 @@ from typing import Any
 from workers.executor import Executor, ExecutorError, JobKey, JobSpec, Supervisor
 from workers.executor.accounts import JobAccounts
 from workers.executor.launcher import private_dir
+from workers.lease import DEFAULT_LEASE_S, Lease
 from workers.logship import DEFAULT_MAX_BYTES, LogShipper
+from workers.outcomes import OutcomeStore
 from workers.telemetry import telemetry_payload
 
 logger = logging.getLogger(__name__)
@@ -50,6 +54,7 @@ class AgentConfig:
     job_accounts: JobAccounts = field(default_factory=JobAccounts)
     job_env_allow: tuple[str, ...] = ()
     scratch_dir: Path | None = None  # default: `scratch` beside state_dir
+    lease_seconds: float = DEFAULT_LEASE_S
 
 
 class Agent:
@@ -60,18 +65,25 @@ class Agent:
         backend: Any,
         send: Callable[..., Any],
         clock: Callable[[], float] = time.time,
+        fence: Callable[[Any, int, str], bool] | None = None,
     ) -> None:
         self.config = config
         self.backend = backend
         self.send = send
         self.clock = clock
+        # Whether the control side has ended a dispatch since (workers.fence), asked with
+        # (job_id, attempt, dispatch) when its start arrives; None: no fences to check.
+        self.fence = fence
         state = config.state_dir
         # Attempt records, launch files, job logs and the agent's bookkeeping are the
         # agent's alone: a job (another account) cannot read them.
         private_dir(state)
         private_dir(state / "logs")
+        self.lease = Lease(state / "lease", config.lease_seconds, clock=clock)
+        self.outcomes = OutcomeStore(state / "outcomes")
         self.executor = Executor(
             state / "attempts",
+            lease_path=self.lease.path,
             env_allow=config.job_env_allow,
             accounts=config.job_accounts,
             scratch_dir=config.scratch_dir or state.parent / "scratch",
@@ -139,6 +151,9 @@ class Agent:
         with self._lock:
             if key in self.executor.handles:
                 return self.executor.handles[key].pid
+            if self._fenced(job_id, int(attempt), spec.get("dispatch")):
+                logger.info("attempt %s.%s not started: the control side has ended it since", *key)
+                return None
             if not self._mark_started(key, spec.get("dispatch")):
                 logger.info("attempt %s.%s was started here before; not again", *key)
                 return None
@@ -164,9 +179,9 @@ class Agent:
                 pid = self.supervisor.start(job)
             except ExecutorError as exc:
                 logger.warning("%s", exc)
-                self._send_report(
+                self._report(
                     {"job_id": job_id, "attempt": int(attempt), "state": "failed",
-                     "pid": None, "exit_code": None, "reason": str(exc)}
+                     "pid": None, "exit_code": None, "reason": str(exc), "at": self.clock()}
                 )  # fmt: skip
                 return None
             self.logs.watch(key, job.log_path, fresh=True)
@@ -199,15 +214,32 @@ class Agent:
             at=event.get("at"),
         )
 
+    def _fenced(self, job_id: Any, attempt: int, dispatch: Any) -> bool:
+        if self.fence is None or not dispatch:
+            return False
+        try:
+            return self.fence(job_id, attempt, str(dispatch))
+        except Exception:  # the broker is unreachable: the start's own expiry still holds
+            logger.warning("could not read the fence of job %s", job_id)
+            return False
+
     def _report(self, event: dict[str, Any]) -> None:
-        # The rest of the output goes first, so a finished job's log is complete by the
-        # time the control side learns that it finished.
         if event["state"] != "running":
+            # Kept until acknowledged: repeated with every heartbeat (workers.outcomes).
+            self.outcomes.keep(event)
+            # The rest of the output goes first, so a finished job's log is complete by the
+            # time the control side learns that it finished.
             self.logs.finish((event["job_id"], event["attempt"]))
         self._send_report(event)
 
     def running(self) -> list[list[Any]]:
-        return [[job_id, attempt, pid] for job_id, attempt, pid in self.supervisor.running()]
+        """[job_id, attempt, pid, gpu_indices] of each attempt still running here."""
+        handles = self.executor.handles
+        return [
+            [job_id, attempt, pid, list(handles[(job_id, attempt)].spec.gpu_indices)]
+            for job_id, attempt, pid in self.supervisor.running()
+            if (job_id, attempt) in handles
+        ]
 
     def register(self) -> None:
         self.send(
@@ -216,10 +248,25 @@ class Agent:
             agent_version=self.config.version,
             gpus=[g.to_dict() for g in self.backend.inventory()],
             running=self.running(),
+            outcomes=self.outcomes.pending(),
+            lease=self.config.lease_seconds,
+            at=self.clock(),
         )
 
     def heartbeat(self) -> None:
-        self.send(HEARTBEAT_TASK, running=self.running(), at=self.clock())
+        self.send(
+            HEARTBEAT_TASK,
+            running=self.running(),
+            outcomes=self.outcomes.pending(),
+            lease=self.config.lease_seconds,
+            at=self.clock(),
+        )
+
+    def acknowledge(self, heard_at: float, outcomes: Iterable[Any] = ()) -> None:
+        """The control side has applied the heartbeat or registration sent at `heard_at`
+        and the outcomes listed: renew the lease, forget those outcomes."""
+        self.lease.renew(float(heard_at))
+        self.outcomes.acknowledge((job_id, int(attempt)) for job_id, attempt in outcomes)
 
     def telemetry_tick(self) -> None:
         samples = self.backend.sample()

@@ -91,3 +91,15 @@ def reconcile(*, m: Any = None, s: Any = None, **_: Any) -> list[Any] | None:
             list(key) for key in agent.reconcile(list(a["stop"]), str(a.get("reason", "")))
         ],
     )
+
+
+@app.task(name="workers.tasks.acknowledge", acks_late=True)
+def acknowledge(*, m: Any = None, s: Any = None, **_: Any) -> None:
+    """The control side applied a heartbeat or registration: renew the lease from the
+    moment it was sent, and forget the outcomes it acknowledges."""
+    return _handle(
+        "workers.tasks.acknowledge",
+        m,
+        s,
+        lambda agent, a: agent.acknowledge(float(a["heard_at"]), list(a.get("outcomes") or [])),
+    )

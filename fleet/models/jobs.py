@@ -73,6 +73,11 @@ class Job(models.Model):
     node = models.ForeignKey(
         Node, null=True, blank=True, on_delete=models.SET_NULL, related_name="jobs"
     )
+    # The node the current attempt was dispatched to; unlike `node`, kept when the job goes
+    # back to the queue, so a success that attempt reports late can still be recognised.
+    attempt_node = models.ForeignKey(
+        Node, null=True, blank=True, on_delete=models.SET_NULL, related_name="+", editable=False
+    )
     gpu_indices = models.JSONField(default=list, blank=True)
     pid = models.PositiveIntegerField(null=True, blank=True)
     exit_code = models.IntegerField(null=True, blank=True)

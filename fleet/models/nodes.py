@@ -22,6 +22,12 @@ class Node(models.Model):
     # "nvml" or "simulated": the UI and API say plainly when a node's GPUs are simulated.
     gpu_backend = models.CharField(max_length=20, blank=True)
     heartbeat_timeout = models.PositiveIntegerField(default=30, help_text="Seconds.")
+    # The agent's lease (workers/lease.py), as it reports it: its jobs stop this long after
+    # the control side last heard it, so they are declared lost only after that.
+    lease_seconds = models.PositiveIntegerField(default=180, editable=False)
+    # The agent's clock reading in the newest heartbeat or registration applied: an older
+    # one, reordered by the broker, is out of date and stops or loses nothing.
+    agent_clock = models.FloatField(null=True, blank=True, editable=False)
     # An admin's drain, kept apart from liveness: a draining node that goes down and comes
     # back is still draining.
     drain_requested = models.BooleanField(default=False)

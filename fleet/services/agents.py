@@ -1,17 +1,18 @@
-"""What agents tell the control side, and what the control side does when they fall silent.
+"""What agents tell the control side when they start and while they live.
 
 Every message from an agent is signed with its node's key and checked against the node's
 public key before any of this runs (fleet.services.wire, fleet.tasks). Then:
 
-- `agent_register` (agent start): GPU inventory, backend, version, and the attempts the
-  agent still runs; the node comes back up.
-- `agent_heartbeat` (every few seconds): the attempts it runs. Both reconcile (DESIGN.md
-  rule 7): attempts the database no longer assigns to that node are sent back to stop;
-  an assigned attempt the agent runs is confirmed as started (its start report was lost).
-- `job_report_apply`: one supervisor event, applied through the state machine and fenced
-  by attempt (rule 3); anything not applicable is recorded with `job_record_ignored`.
-- `nodes_reap` (beat): silent nodes go down, their jobs become lost and are requeued or
-  failed; assigned jobs whose start was never confirmed go back to the queue (rule 1).
+- `agent_register` (agent start): GPU inventory, backend, version, lease, the attempts the
+  agent still runs and the outcomes it has not had acknowledged; the node comes back up.
+- `agent_heartbeat` (every few seconds): the same lists. Both apply the outcomes
+  (fleet.services.job_reports; design rule 8) and reconcile (rule 7): attempts the
+  database no longer assigns to that node are sent back to stop, and their GPUs stay held
+  until the agent no longer lists them; an assigned attempt the agent runs is confirmed as
+  started (its start report was lost). Both are answered with an acknowledgement that
+  renews the agent's lease and lets it forget the outcomes applied.
+
+Job reports are in fleet.services.job_reports, the reaper in fleet.services.reaper.
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ from __future__ import annotations
 import logging
 import os
 from collections.abc import Iterable, Sequence
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import Any
 
 from django.conf import settings
@@ -32,25 +33,21 @@ from fleet.errors import Conflict
 from fleet.models import Gpu, Job, JobState, Node, NodeState
 from fleet.models.jobs import ACTIVE_STATES
 from fleet.services import messaging
-from fleet.services.job_states import SYSTEM, Actor, job_record_ignored, job_transition
-from fleet.services.jobs import stop_previous_attempt
-from fleet.services.releases import gpu_release_done, gpu_release_prune, gpu_release_reconcile
+from fleet.services.job_reports import job_report_apply, requeue_lost
+from fleet.services.releases import gpu_release_hold_running, gpu_release_reconcile
 from workers.wire import key_generate, public_key_of
 
 log = logging.getLogger(__name__)
 
 # Sent to an agent with the attempts it runs that the database no longer assigns to it.
 RECONCILE_TASK = "workers.tasks.reconcile"
+# Sent to an agent for each heartbeat or registration applied (workers/lease.py).
+ACKNOWLEDGE_TASK = "workers.tasks.acknowledge"
 
 
 def _setting(name: str, default: float) -> float:
     value = getattr(settings, name, None)
     return float(value if value is not None else os.environ.get(name, default))
-
-
-def start_timeout_s() -> float:
-    """How long an assigned job may wait for its node to confirm the start."""
-    return _setting("FLEET_START_TIMEOUT", 120)
 
 
 def missing_grace_s() -> float:
@@ -154,10 +151,13 @@ def agent_register(
     agent_version: str,
     gpus: Sequence[dict[str, Any]],
     running: Iterable[Sequence[Any]] = (),
+    outcomes: Iterable[dict[str, Any]] = (),
+    at: float | None = None,
+    lease: float | None = None,
     now: datetime | None = None,
 ) -> list[tuple[int, int]]:
-    """Record the node's inventory (idempotent) and reconcile; returns the attempts the
-    agent is told to stop."""
+    """Record the node's inventory (idempotent), apply its outcomes and reconcile; returns
+    the attempts the agent is told to stop."""
     now = now or timezone.now()
     with transaction.atomic():
         # A write first: SQLite then takes its write lock at once (waiting for it) instead
@@ -166,38 +166,108 @@ def agent_register(
             gpu_backend=backend[:20], agent_version=agent_version[:50]
         )
         refused = _sync_gpus(node, gpus)
-        _node_seen(node, now)
-        _note_refused_gpus(node, refused)
-        return _reconcile(node, running)
-
-
-def agent_heartbeat(
-    *, node: Node, running: Iterable[Sequence[Any]] = (), now: datetime | None = None
-) -> list[tuple[int, int]]:
-    """The node is alive and runs `running` ([job_id, attempt, pid] each); returns the
-    attempts the agent is told to stop."""
-    now = now or timezone.now()
-    running = list(running)
-    with transaction.atomic():
-        _node_seen(node, now)
-        stops = _reconcile(node, running)
-        gpu_release_reconcile(node=node, running=[(int(r[0]), int(r[1])) for r in running])
-    _lose_missing(node, {(int(r[0]), int(r[1])) for r in running}, now)
+    stops = _agent_alive(node, running, outcomes, at, lease, now)
+    # After the node is seen: coming back up clears its state_reason.
+    _note_refused_gpus(node, refused)
     return stops
 
 
+def agent_heartbeat(
+    *,
+    node: Node,
+    running: Iterable[Sequence[Any]] = (),
+    outcomes: Iterable[dict[str, Any]] = (),
+    at: float | None = None,
+    lease: float | None = None,
+    now: datetime | None = None,
+) -> list[tuple[int, int]]:
+    """The node is alive, runs `running` ([job_id, attempt, pid, gpu_indices] each) and
+    reports `outcomes` (final supervisor events not yet acknowledged); returns the attempts
+    the agent is told to stop."""
+    return _agent_alive(node, running, outcomes, at, lease, now or timezone.now())
+
+
+def _agent_alive(
+    node: Node,
+    running: Iterable[Sequence[Any]],
+    outcomes: Iterable[dict[str, Any]],
+    at: float | None,
+    lease: float | None,
+    now: datetime,
+) -> list[tuple[int, int]]:
+    running = [list(r) for r in running]
+    listed = {(int(r[0]), int(r[1])) for r in running}
+    applied = _apply_outcomes(node, outcomes)
+    with transaction.atomic():
+        if lease:
+            Node.objects.filter(pk=node.pk).update(lease_seconds=max(1, int(lease)))
+        _node_seen(node, now)
+        current = _is_newest(node, at)
+        stops = _reconcile(node, running) if current else []
+        gpu_release_reconcile(node=node, running=listed)
+        if at is not None:
+            messaging.send_to_node_on_commit(
+                node.name,
+                ACKNOWLEDGE_TASK,
+                ttl=float(lease or node.lease_seconds),
+                heard_at=at,
+                outcomes=[list(k) for k in applied],
+            )
+    if current:
+        _lose_missing(node, listed, now)
+    return stops
+
+
+def _apply_outcomes(node: Node, outcomes: Iterable[dict[str, Any]]) -> list[tuple[Any, int]]:
+    """Apply each repeated outcome (idempotent) and return those now settled, which the
+    agent may forget. One that fails to apply is left for the next heartbeat."""
+    settled = []
+    for event in outcomes:
+        try:
+            key = (event["job_id"], int(event["attempt"]))
+            exit_code = event.get("exit_code")
+            job_report_apply(
+                node=node,
+                job_id=int(key[0]),
+                attempt=key[1],
+                state=str(event["state"]),
+                pid=event.get("pid"),
+                exit_code=int(exit_code) if exit_code is not None else None,
+                reason=str(event.get("reason") or ""),
+            )
+        except (KeyError, TypeError, ValueError) as exc:
+            log.warning("node %s sent an unreadable outcome %r: %s", node.name, event, exc)
+            continue
+        settled.append(key)
+    return settled
+
+
+def _is_newest(node: Node, at: float | None) -> bool:
+    """False for a heartbeat sent before one already applied (the broker reordered them):
+    what it lists is out of date, so nothing is stopped or lost on its word."""
+    if at is None:
+        return True
+    newer = Node.objects.filter(pk=node.pk).filter(
+        Q(agent_clock__isnull=True) | Q(agent_clock__lte=at)
+    )
+    return newer.update(agent_clock=at) == 1
+
+
 def _lose_missing(node: Node, listed: set[tuple[int, int]], now: datetime) -> None:
-    """A job the database runs on this node but the agent no longer lists has ended
-    without its report arriving (the report was lost, or the agent lost its state). Once it
-    has been missing for the grace period, it is lost and requeued like a job of a node
-    that went down. The grace covers a final report still in flight."""
+    """A job the database runs on this node but the agent neither runs nor has an outcome
+    for (it lost its state) has ended unseen. Once it has been missing for the grace period
+    across heartbeats, it is lost and requeued like a job of a node that went down. The
+    grace covers a heartbeat sent before the job started; a job listed again is no longer
+    missing."""
     grace = missing_grace_s()
-    missing = [
-        (row["id"], row["attempt"])
-        for row in Job.objects.filter(node=node, state=JobState.RUNNING).values("id", "attempt")
-        if (row["id"], row["attempt"]) not in listed
-    ]
-    for job_id, attempt in missing:
+    rows = Job.objects.filter(node=node, state=JobState.RUNNING).values_list("id", "attempt")
+    try:
+        cache.delete_many([f"agents:missing:{job_id}.{attempt}" for job_id, attempt in listed])
+    except Exception:
+        return  # no cache, no memory of earlier heartbeats: decide later
+    for job_id, attempt in rows:
+        if (job_id, attempt) in listed:
+            continue
         marker = f"agents:missing:{job_id}.{attempt}"
         try:
             since = cache.get(marker)
@@ -205,14 +275,14 @@ def _lose_missing(node: Node, listed: set[tuple[int, int]], now: datetime) -> No
                 cache.set(marker, now.timestamp(), timeout=int(grace * 3) + 1)
                 continue
         except Exception:
-            return  # no cache, no memory of earlier heartbeats: decide later
+            return
         if now.timestamp() - since < grace:
             continue
         try:
             with transaction.atomic():
                 job = Job.objects.get(pk=job_id)
                 if job.attempt == attempt:
-                    _requeue_lost(
+                    requeue_lost(
                         job, f"node {node.name} no longer runs it; its end was not reported"
                     )
         except (Conflict, Job.DoesNotExist):
@@ -220,7 +290,7 @@ def _lose_missing(node: Node, listed: set[tuple[int, int]], now: datetime) -> No
         messaging.request_schedule()
 
 
-def _reconcile(node: Node, running: Iterable[Sequence[Any]]) -> list[tuple[int, int]]:
+def _reconcile(node: Node, running: Sequence[Sequence[Any]]) -> list[tuple[int, int]]:
     pids = {(int(r[0]), int(r[1])): (int(r[2]) if len(r) > 2 and r[2] else None) for r in running}
     if not pids:
         return []
@@ -231,6 +301,13 @@ def _reconcile(node: Node, running: Iterable[Sequence[Any]]) -> list[tuple[int, 
         ).values("id", "attempt", "state")
     }
     stops = sorted(key for key in pids if key not in active)
+    gpus = {(int(r[0]), int(r[1])): r[3] for r in running if len(r) > 3 and r[3]}
+    for key in stops:
+        if key in gpus:
+            # Its process still runs: its GPUs are not free until the agent stops listing it.
+            gpu_release_hold_running(
+                node=node, job_id=key[0], attempt=key[1], gpu_indices=gpus[key]
+            )
     for key, state in active.items():
         if key in pids and state == JobState.ASSIGNED:
             job_report_apply(
@@ -245,173 +322,3 @@ def _reconcile(node: Node, running: Iterable[Sequence[Any]]) -> list[tuple[int, 
             reason="the control side no longer assigns this attempt to this node",
         )
     return stops
-
-
-# -- job reports ----------------------------------------------------------------------------
-
-# Supervisor state -> transitions to apply, in order. A report that skips "running" (its
-# running report was lost or arrives later) applies the start first, so the job still
-# passes through running; the later running report is then recorded as ignored.
-# "cancelled" for an attempt the database still runs means the node stopped it on its own:
-# it ends as failed, so the job never stays running on a node that no longer runs it.
-REPORT_ACTIONS: dict[str, tuple[str, ...]] = {
-    "running": ("start",),
-    "succeeded": ("start", "succeed"),
-    "failed": ("fail",),
-    "timeout": ("start", "time_out"),
-    "preempted": ("preempt",),
-    "cancelled": ("fail",),
-}
-
-
-def job_report_apply(
-    *,
-    node: Node,
-    job_id: int,
-    attempt: int,
-    state: str,
-    pid: int | None = None,
-    exit_code: int | None = None,
-    reason: str = "",
-) -> bool:
-    """Apply one supervisor event; True when it changed the job. Reports for another
-    attempt, another node, or a job no longer assigned/running are recorded and ignored, so
-    duplicated and reordered reports change nothing twice."""
-    actor = Actor.node(node.name)
-    actions = REPORT_ACTIONS.get(state)
-    if actions is None:
-        log.warning("node %s reported unknown state %r for job %s", node.name, state, job_id)
-        return False
-    if state != "running":
-        # Whatever else this report means, the attempt's process is gone.
-        gpu_release_done(job_id=job_id, attempt=attempt)
-    current = Job.objects.filter(id=job_id).values("state", "attempt", "node_id").first()
-    why = ""
-    if current is None:
-        log.info("node %s reported %s for unknown job %s", node.name, state, job_id)
-        return False
-    if current["attempt"] != attempt:
-        why = f"the job is on attempt {current['attempt']}"
-    elif current["node_id"] != node.pk:
-        why = "the attempt is not assigned to this node"
-    elif current["state"] not in ACTIVE_STATES:
-        why = f"the job is already {current['state']}"
-    elif state == "running" and current["state"] == JobState.RUNNING:
-        why = "the job is already running"
-    if why:
-        job_record_ignored(job_id=job_id, action=state, actor=actor, attempt=attempt, why=why)
-        return False
-    if state == "cancelled":
-        reason = f"stopped on node {node.name}: {reason or 'cancelled'}"
-    applied = False
-    job: Job | None = None
-    with transaction.atomic():
-        for action in actions:
-            if action == "start" and current["state"] != JobState.ASSIGNED:
-                continue
-            fields: dict[str, Any] = {}
-            if action == "start":
-                fields = {"pid": pid} if pid else {}
-                text = "" if state == "running" else "running (its start report came later)"
-            else:
-                fields = {"exit_code": 0 if action == "succeed" else exit_code}
-                text = reason
-            try:
-                job = job_transition(
-                    job_id=job_id,
-                    action=action,
-                    actor=actor,
-                    reason=text,
-                    attempt=attempt,
-                    fields=fields,
-                )
-            except Conflict as exc:
-                job_record_ignored(
-                    job_id=job_id, action=state, actor=actor, attempt=attempt, why=exc.message
-                )
-                return applied
-            applied = True
-    if job is not None and job.state != JobState.RUNNING:
-        messaging.request_schedule()
-    return applied
-
-
-# -- the reaper -----------------------------------------------------------------------------
-
-
-def _requeue_lost(job: Job, reason: str) -> None:
-    lost = job_transition(
-        job_id=job.pk, action="lose", actor=SYSTEM, reason=reason, attempt=job.attempt
-    )
-    if lost.requeues < lost.max_requeues:
-        job_transition(
-            job_id=job.pk,
-            action="recover",
-            actor=SYSTEM,
-            reason=f"{reason}; requeued ({lost.requeues + 1} of {lost.max_requeues})",
-            attempt=job.attempt,
-        )
-    else:
-        job_transition(
-            job_id=job.pk,
-            action="fail_lost",
-            actor=SYSTEM,
-            reason=f"{reason}; not requeued: it was requeued {lost.requeues} times already",
-            attempt=job.attempt,
-        )
-
-
-def nodes_reap(*, now: datetime | None = None) -> dict[str, int]:
-    """One reaper round; returns how many nodes went down, jobs were lost, and starts were
-    given up on."""
-    now = now or timezone.now()
-    down = 0
-    for node in Node.objects.exclude(state=NodeState.DOWN):
-        deadline = now - timedelta(seconds=node.heartbeat_timeout)
-        if node.last_heartbeat is not None and node.last_heartbeat >= deadline:
-            continue
-        since = (
-            f"since {node.last_heartbeat:%Y-%m-%d %H:%M:%S} UTC" if node.last_heartbeat else "ever"
-        )
-        down += Node.objects.filter(
-            pk=node.pk, state=node.state, last_heartbeat=node.last_heartbeat
-        ).update(state=NodeState.DOWN, state_reason=f"no heartbeat {since}")
-        log.warning("node %s is down: no heartbeat %s", node.name, since)
-
-    lost = 0
-    on_down_nodes = Job.objects.filter(node__state=NodeState.DOWN, state__in=ACTIVE_STATES)
-    for job in on_down_nodes.select_related("node").only("id", "attempt", "node__name"):
-        assert job.node is not None
-        try:
-            with transaction.atomic():
-                _requeue_lost(job, f"node {job.node.name} went down")
-            lost += 1
-        except Conflict:
-            continue  # its state changed meanwhile (a report arrived): nothing to do
-
-    unconfirmed = 0
-    timeout = start_timeout_s()
-    stuck = Job.objects.filter(
-        state=JobState.ASSIGNED,
-        assigned_at__lt=now - timedelta(seconds=timeout),
-        node__state__in=[NodeState.UP, NodeState.DRAINING],
-    ).only("id", "attempt")
-    for job in stuck:
-        reason = f"the node did not confirm the start within {timeout:g} s"
-        try:
-            with transaction.atomic():
-                back = job_transition(
-                    job_id=job.pk,
-                    action="undispatch",
-                    actor=SYSTEM,
-                    reason=reason,
-                    attempt=job.attempt,
-                )
-                stop_previous_attempt(back, reason)
-            unconfirmed += 1
-        except Conflict:
-            continue
-    released = gpu_release_prune(now=now)
-    if down or lost or unconfirmed or released:
-        messaging.request_schedule()
-    return {"nodes_down": down, "jobs_lost": lost, "starts_given_up": unconfirmed}

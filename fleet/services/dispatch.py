@@ -8,7 +8,8 @@ from django.conf import settings
 
 from fleet.models import Job
 from fleet.services import messaging
-from fleet.services.agents import start_timeout_s
+from fleet.services.reaper import start_timeout_s
+from workers.fence import dispatch_token
 
 
 def start_spec(job: Job) -> dict[str, Any]:
@@ -26,7 +27,7 @@ def start_spec(job: Job) -> dict[str, Any]:
         "grace": settings.FLEET_JOB_GRACE,
         # Tells a redelivered start (same dispatch) from a new one that reuses the job id
         # and attempt (a control side whose database was reset).
-        "dispatch": f"{job.assigned_at.timestamp():.6f}" if job.assigned_at else None,
+        "dispatch": dispatch_token(job.assigned_at.timestamp()) if job.assigned_at else None,
         # The agent maps these to the local account the job runs as (FLEET_JOB_USER_MAP).
         "user": job.owner.username,
         "team": job.team.slug,

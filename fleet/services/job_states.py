@@ -20,6 +20,7 @@ from django.utils import timezone
 from fleet.errors import Conflict, NotFound
 from fleet.models import Job, JobEvent, JobState
 from fleet.models.jobs import ActorKind
+from fleet.services.fences import fence_on_commit
 
 log = logging.getLogger(__name__)
 
@@ -66,8 +67,13 @@ TRANSITIONS: dict[str, Transition] = {
         _t("recover", (S.LOST,), S.PENDING, "lost jobs"),
         _t("fail_lost", (S.LOST,), S.FAILED, "lost jobs"),
         _t("undispatch", (S.ASSIGNED,), S.PENDING, "assigned jobs"),
+        # The node reports that the attempt succeeded after the control side gave it up
+        # (lost, then requeued) but before dispatching it again: the work is done.
+        _t("succeed_late", (S.LOST, S.PENDING, S.HELD), S.SUCCEEDED, "lost or requeued jobs"),
     )
 }
+# States in which an attempt may have a process on its node.
+ON_NODE = frozenset({S.ASSIGNED, S.RUNNING})
 
 # Transitions that put a job back in the queue after it held GPUs: they count as requeues.
 REQUEUING = frozenset({"requeue", "preempt", "recover"})
@@ -156,7 +162,7 @@ def job_transition(
     with transaction.atomic():
         current = (
             Job.objects.filter(id=job_id)
-            .values("state", "attempt", "requeues", "node_id", "gpu_indices")
+            .values("state", "attempt", "requeues", "node_id", "gpu_indices", "assigned_at")
             .first()
         )
         if current is None:
@@ -178,6 +184,8 @@ def job_transition(
             action, attempt=expected_attempt, requeues=current["requeues"], reason=reason, now=now
         )
         update.update(extra)
+        if action == "dispatch" and "node" in extra:
+            update["attempt_node"] = extra["node"]
         updated = Job.objects.filter(
             id=job_id, state=current["state"], attempt=expected_attempt
         ).update(**update)
@@ -195,6 +203,11 @@ def job_transition(
             actor_kind=actor.kind,
             actor=actor.name,
         )
+        if current["state"] in ON_NODE and transition.target not in ON_NODE:
+            # The attempt is over: a start for it still queued at its node must not run.
+            fence_on_commit(
+                job_id=job_id, attempt=expected_attempt, assigned_at=current["assigned_at"]
+            )
     job = Job.objects.select_related("node", "team", "owner").get(id=job_id)
     # What the job was before this transition, for callers that must undo side effects
     # (stop the process of the attempt that was running, on the node that ran it).
@@ -232,7 +245,11 @@ def job_dispatch_many(*, dispatches: list[Dispatch], actor: Actor) -> list[Job]:
     for d in dispatches:
         update = _changes("dispatch", attempt=d.attempt, requeues=0, reason=d.reason, now=now)
         update.update(
-            node_id=d.node_id, gpu_indices=list(d.gpu_indices), queue_position=None, eta=None
+            node_id=d.node_id,
+            attempt_node_id=d.node_id,
+            gpu_indices=list(d.gpu_indices),
+            queue_position=None,
+            eta=None,
         )
         updated = Job.objects.filter(
             id=d.job_id, state__in=transition.sources, attempt=d.attempt
@@ -251,7 +268,9 @@ def job_dispatch_many(*, dispatches: list[Dispatch], actor: Actor) -> list[Job]:
         )
         for d in moved
     )
-    jobs = list(Job.objects.select_related("node").filter(id__in=[d.job_id for d in moved]))
+    jobs = list(
+        Job.objects.select_related("node", "owner", "team").filter(id__in=[d.job_id for d in moved])
+    )
     for job in jobs:
         job.previous_state = S.PENDING
         job.previous_attempt = job.attempt - 1

@@ -46,6 +46,43 @@ def gpu_release_hold(*, job: Job, now: datetime | None = None) -> GpuRelease | N
         return None  # this attempt is already being released
 
 
+def gpu_release_hold_running(
+    *,
+    node: Node,
+    job_id: int,
+    attempt: int,
+    gpu_indices: Iterable[int],
+    now: datetime | None = None,
+) -> None:
+    """The node still runs an attempt the control side no longer assigns to it (a node back
+    from down, a stop not yet carried out): keep its GPUs busy until a heartbeat no longer
+    lists it. Each heartbeat that lists it again extends the hold."""
+    job = Job.objects.filter(pk=job_id).only("gpus", "gpu_memory_mb", "gpu_compute_percent").first()
+    if job is None:
+        return
+    now = now or timezone.now()
+    expires = now + timedelta(
+        seconds=float(settings.FLEET_JOB_GRACE) + REPORT_MARGIN_S + node.heartbeat_timeout
+    )
+    indices = [int(i) for i in gpu_indices]
+    if GpuRelease.objects.filter(job_id=job_id, attempt=attempt).update(expires_at=expires):
+        return
+    try:
+        with transaction.atomic():
+            GpuRelease.objects.create(
+                node=node,
+                job=job,
+                attempt=attempt,
+                gpu_indices=indices,
+                gpus=job.gpus,
+                gpu_memory_mb=job.gpu_memory_mb,
+                gpu_compute_percent=job.gpu_compute_percent,
+                expires_at=expires,
+            )
+    except IntegrityError:
+        pass  # made meanwhile by another heartbeat
+
+
 def gpu_release_done(*, job_id: int, attempt: int) -> int:
     """The agent reported that the attempt ended: its GPUs are free."""
     return GpuRelease.objects.filter(job_id=job_id, attempt=attempt).delete()[0]

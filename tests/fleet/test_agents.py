@@ -15,13 +15,9 @@ from django_celery_beat.models import PeriodicTask
 
 from fleet import tasks
 from fleet.models import Gpu, Job, JobEvent, Node
-from fleet.services.agents import (
-    agent_heartbeat,
-    agent_register,
-    job_report_apply,
-    node_key_create,
-    nodes_reap,
-)
+from fleet.services.agents import agent_heartbeat, agent_register, node_key_create
+from fleet.services.job_reports import job_report_apply
+from fleet.services.reaper import nodes_reap
 from fleet.services.job_states import SCHEDULER, job_transition
 from fleet.services.wire import control_public_key
 from tests.factories import JobFactory
@@ -240,25 +236,36 @@ def test_timeout_and_failure_reports_carry_reason_and_exit_code(
     assert failed.state == "failed" and failed.state_reason.startswith("used 30,000 MB")
 
 
-def test_reaper_marks_silent_nodes_down_and_requeues_or_fails_their_jobs(
-    node: Node, owner: Any, team: Any
+NOTHING = {"nodes_down": 0, "jobs_lost": 0, "starts_resent": 0, "starts_given_up": 0}
+
+
+def test_reaper_marks_silent_nodes_down_and_loses_their_jobs_once_the_lease_is_over(
+    node: Node, owner: Any, team: Any, settings: Any
 ) -> None:
+    settings.FLEET_JOB_GRACE = 30
+    settings.FLEET_LEASE_MARGIN_S = 15
+    Node.objects.filter(pk=node.pk).update(lease_seconds=60)
     requeue = running_job(node, owner, team, max_requeues=1)
     give_up = running_job(node, owner, team, max_requeues=0)
     last = Node.objects.get(pk=node.pk).last_heartbeat
     assert last is not None
     assert nodes_reap(now=last + timedelta(seconds=29))["nodes_down"] == 0
+    # Down: no new work. Its jobs may still run until its lease (60 s) and their grace
+    # (30 s) are over, plus the margin (15 s): they stay where they are, GPUs held.
     summary = nodes_reap(now=last + timedelta(seconds=31))
-    assert summary == {"nodes_down": 1, "jobs_lost": 2, "starts_given_up": 0}
+    assert summary == {**NOTHING, "nodes_down": 1}
     node.refresh_from_db()
     assert node.state == "down" and "no heartbeat since" in node.state_reason
+    assert nodes_reap(now=last + timedelta(seconds=104)) == NOTHING
+    assert Job.objects.get(pk=requeue.pk).state == "running"
+    summary = nodes_reap(now=last + timedelta(seconds=106))
+    assert summary == {**NOTHING, "jobs_lost": 2}
     requeue.refresh_from_db()
     give_up.refresh_from_db()
     assert (requeue.state, requeue.requeues, requeue.node_id) == ("pending", 1, None)
     assert give_up.state == "failed" and "not requeued" in give_up.state_reason
     # Nothing left to do: a second round changes nothing.
-    again = nodes_reap(now=last + timedelta(seconds=60))
-    assert again == {"nodes_down": 0, "jobs_lost": 0, "starts_given_up": 0}
+    assert nodes_reap(now=last + timedelta(seconds=200)) == NOTHING
 
 
 def test_reaper_gives_up_on_starts_the_node_never_confirmed(

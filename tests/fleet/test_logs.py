@@ -8,7 +8,8 @@ from typing import Any
 import pytest
 
 from fleet.models import Job, JobLogChunk, Node
-from fleet.services.agents import job_report_apply, node_key_create
+from fleet.services.agents import node_key_create
+from fleet.services.job_reports import job_report_apply
 from fleet.services.job_states import SCHEDULER, job_transition
 from fleet.services.telemetry_logs import log_chunk_store
 from tests.factories import JobFactory

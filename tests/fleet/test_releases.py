@@ -9,7 +9,9 @@ import pytest
 
 from fleet.models import GpuRelease, Job
 from fleet.services import jobs as job_services
-from fleet.services.agents import agent_heartbeat, job_report_apply, nodes_reap
+from fleet.services.agents import agent_heartbeat
+from fleet.services.job_reports import job_report_apply
+from fleet.services.reaper import nodes_reap
 from fleet.services.job_states import SCHEDULER, job_transition
 from scheduler.cycle.snapshot import build_snapshot
 from tests.factories import JobFactory

@@ -4,6 +4,7 @@ side's task functions applied in the test (see agent_harness)."""
 from __future__ import annotations
 
 import os
+import time
 from collections.abc import Callable
 from datetime import timedelta
 from typing import Any
@@ -13,8 +14,8 @@ import pytest
 from django.core.cache import cache
 
 from fleet.models import Gpu, Job, JobEvent, Node, TelemetryRollup, TelemetrySample
-from fleet.services.agents import nodes_reap
 from fleet.services.jobs import job_cancel
+from fleet.services.reaper import lost_after, nodes_reap
 from fleet.services.telemetry import LATEST_KEY, telemetry_flush, telemetry_rollup
 from scheduler.cycle.runner import run_cycle
 from tests.factories import JobFactory
@@ -122,27 +123,46 @@ def test_cancelling_a_running_job_kills_its_whole_process_group(
     assert Job.objects.get(pk=job.pk).state_reason == "wrong data set"
 
 
-def test_agent_killed_mid_job_node_goes_down_and_the_job_completes_once_elsewhere(
-    agents: StartAgent, control: ControlPump, owner: Any, team: Any
+def test_agent_killed_mid_job_its_lease_stops_the_job_then_it_completes_once_elsewhere(
+    agents: StartAgent, control: ControlPump, owner: Any, team: Any, settings: Any
 ) -> None:
-    node_a, agent_a = agents()
+    settings.FLEET_LEASE_MARGIN_S = 1
+    node_a, agent_a = agents(env={"FLEET_LEASE_S": "3"})
     node_b, _ = agents()
     job = JobFactory(
-        owner=owner, team=team, command="echo on $FLEET_ATTEMPT; sleep 2; echo done", max_requeues=3
+        owner=owner,
+        team=team,
+        command='echo on $FLEET_ATTEMPT; [ "$FLEET_ATTEMPT" = 1 ] && sleep 60; echo done',
+        max_requeues=3,
     )
     dispatch(control, job, node_a)
-    control.pump(state_is(job, "running"), what="the job to run on a")
+    running = control.pump(state_is(job, "running"), what="the job to run on a")
+    control.pump(lambda: Node.objects.get(pk=node_a.pk).lease_seconds == 3, what="a's lease")
+    Node.objects.filter(pk=node_a.pk).update(heartbeat_timeout=2)
     agent_a.kill()  # kill -9 of the agent, mid-job
-    last_a = Node.objects.get(pk=node_a.pk).last_heartbeat
+    node_a.refresh_from_db()
+    last_a = node_a.last_heartbeat
     assert last_a is not None
-    deadline = last_a + timedelta(seconds=node_a.heartbeat_timeout + 1)
-    # b keeps beating after a died, so with the clock at a's deadline only a is silent.
+    # b keeps beating after a died, so with the clock at a's deadlines only a is silent.
     control.pump(
         lambda: Node.objects.get(pk=node_b.pk).last_heartbeat > last_a + timedelta(seconds=1.5),
         what="b to beat after a died",
     )
-    summary = control.run(lambda: nodes_reap(now=deadline))
-    assert summary["nodes_down"] == 1 and summary["jobs_lost"] == 1
+    down = control.run(
+        lambda: nodes_reap(now=last_a + timedelta(seconds=node_a.heartbeat_timeout + 1))
+    )
+    # Down, but its job may still run on a: it is not given up, so it cannot run twice.
+    assert down["nodes_down"] == 1 and down["jobs_lost"] == 0
+    assert Job.objects.get(pk=job.pk).state == "running"
+    # With no agent to renew the lease, the job's shim stops it (lease 3 s + grace 2 s).
+    deadline = time.monotonic() + 15
+    while group_pids(running.pid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not group_pids(running.pid), "the job outlived its node's lease"
+    summary = control.run(
+        lambda: nodes_reap(now=last_a + lost_after(node_a) + timedelta(seconds=1))
+    )
+    assert summary["jobs_lost"] == 1
     assert Node.objects.get(pk=node_a.pk).state == "down"
     assert Node.objects.get(pk=node_b.pk).state == "up"
     requeued = Job.objects.get(pk=job.pk)

@@ -35,13 +35,19 @@ class Sent(list[tuple[str, dict[str, Any]]]):
         return [(kw["job_id"], kw["attempt"], kw["state"]) for kw in self.of(REPORT_TASK)]
 
 
-def make_agent(state_dir: Path, sent: Sent, spec: str = "2xA100-80GB") -> Agent:
+def make_agent(
+    state_dir: Path, sent: Sent, spec: str = "2xA100-80GB", lease: float = 180.0, fence: Any = None
+) -> Agent:
     backend = SimulatedGpuBackend(spec, node_name="unit", seed=3)
     # Not about isolation: jobs run as the test's own account (root in CI, explicitly).
     config = AgentConfig(
-        node="unit", state_dir=state_dir, job_grace=1.0, job_accounts=JobAccounts.own()
+        node="unit",
+        state_dir=state_dir,
+        job_grace=1.0,
+        job_accounts=JobAccounts.own(),
+        lease_seconds=lease,
     )
-    return Agent(config, backend=backend, send=sent)
+    return Agent(config, backend=backend, send=sent, fence=fence)
 
 
 def until(agent: Agent, check: Callable[[], Any], timeout: float = 8.0) -> Any:
@@ -126,10 +132,10 @@ def test_registration_heartbeat_and_reconcile(tmp_path: Path, sent: Sent) -> Non
     assert reg["backend"] == "simulated" and reg["running"] == []
     pid = agent.start_job(10, 3, {"command": "sleep 30"})
     agent.heartbeat()
-    assert sent.of(HEARTBEAT_TASK)[-1]["running"] == [[10, 3, pid]]
+    assert sent.of(HEARTBEAT_TASK)[-1]["running"] == [[10, 3, pid, []]]
     # A restarted agent still knows the attempt, and reports it when it registers.
     again = make_agent(tmp_path, Sent())
-    assert again.running() == [[10, 3, pid]]
+    assert again.running() == [[10, 3, pid, []]]
     assert agent.reconcile([[10, 3], [11, 1]]) == [(10, 3)]
     until(agent, lambda: (10, 3, "cancelled") in sent.reports())
     assert agent.running() == []
@@ -177,3 +183,56 @@ def test_log_shipper_cuts_on_characters_caps_and_resumes(tmp_path: Path) -> None
     assert data == "abc é01234".encode()[:10]
     assert sent[-1][1]["eof"] and sent[-1][1]["offset"] == 10
     assert utf8_safe_end("é".encode()[:1]) == 0 and utf8_safe_end(b"ok") == 2
+
+
+def test_an_outcome_is_repeated_with_every_heartbeat_until_acknowledged(
+    tmp_path: Path, sent: Sent
+) -> None:
+    agent = make_agent(tmp_path, sent)
+    agent.start_job(20, 1, {"command": "exit 0"})
+    until(agent, lambda: (20, 1, "succeeded") in sent.reports())
+    assert agent.running() == []
+    agent.heartbeat()
+    (outcome,) = sent.of(HEARTBEAT_TASK)[-1]["outcomes"]
+    assert (outcome["job_id"], outcome["attempt"], outcome["state"]) == (20, 1, "succeeded")
+    # The report may have been lost in the broker: a restarted agent still repeats it.
+    again = make_agent(tmp_path, sent)
+    again.register()
+    assert [o["job_id"] for o in sent.of(REGISTER_TASK)[-1]["outcomes"]] == [20]
+    again.acknowledge(time.time(), [[20, 1]])
+    again.heartbeat()
+    assert sent.of(HEARTBEAT_TASK)[-1]["outcomes"] == []
+
+
+def test_a_job_is_stopped_as_lost_when_the_lease_runs_out_and_not_while_it_is_renewed(
+    tmp_path: Path, sent: Sent
+) -> None:
+    agent = make_agent(tmp_path, sent, lease=1.5)
+    agent.start_job(21, 1, {"command": "sleep 30"})
+    # Renewed from each acknowledged heartbeat: the job runs on.
+    for _ in range(12):
+        agent.acknowledge(time.time())
+        agent.supervisor.poll()
+        time.sleep(0.25)
+    assert [r[0] for r in agent.running()] == [21]
+    # No word from the control side: the shim stops the job, even without the agent.
+    event = until(
+        agent,
+        lambda: next((r for r in sent.of(REPORT_TASK) if r["state"] == "lost"), None),
+        timeout=10,
+    )
+    assert event["job_id"] == 21 and "lease ran out" in event["reason"]
+    assert agent.lease.expired()
+    assert agent.acknowledge(time.time()) is None and not agent.lease.expired()
+
+
+def test_a_fenced_start_never_runs(tmp_path: Path, sent: Sent) -> None:
+    fences = {(22, 1, "100.000000")}
+    agent = make_agent(tmp_path, sent, fence=lambda j, a, d: (j, a, d) in fences)
+    marker = tmp_path / "ran"
+    spec = {"command": f"touch {marker}", "dispatch": "100.000000"}
+    assert agent.start_job(22, 1, spec) is None
+    # The same job and attempt from another dispatch (a reset database) is not fenced.
+    assert agent.start_job(22, 1, {**spec, "dispatch": "200.000000"}) is not None
+    until(agent, lambda: (22, 1, "succeeded") in sent.reports())
+    assert marker.exists() and sent.reports() == [(22, 1, "running"), (22, 1, "succeeded")]

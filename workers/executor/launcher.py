@@ -88,7 +88,8 @@ class Executor:
     picks the account each job runs as (default: `fleet-job`, never root); `base_env`
     (default: os.environ) is filtered through the allow-list plus `env_allow`;
     `scratch_dir` (default: `scratch` beside `state_dir`) holds the working directories of
-    jobs that name none.
+    jobs that name none. `lease_path` names the agent's lease file (workers.lease): each
+    job's shim stops the job when the lease runs out.
     """
 
     def __init__(
@@ -100,10 +101,12 @@ class Executor:
         accounts: JobAccounts | None = None,
         scratch_dir: str | os.PathLike[str] | None = None,
         gpu_backend: Any = None,
+        lease_path: str | os.PathLike[str] | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.state_dir = Path(state_dir)
         private_dir(self.state_dir)
+        self.lease_path = str(lease_path) if lease_path else None
         self.scratch_dir = Path(scratch_dir or self.state_dir.parent / "scratch")
         self.base_env = base_env
         self.env_allow = env_allow
@@ -158,6 +161,8 @@ class Executor:
             if account is None
             else {"uid": account.uid, "gid": account.gid, "groups": list(account.groups)},
             "account_name": account_name,
+            "lease_path": self.lease_path,
+            "grace": spec.grace,
         }
         fd = os.open(attempt_dir / "launch.json", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as fh:
@@ -303,6 +308,18 @@ class Executor:
             return None
         # The shim writes the status before exiting; look once more to close that race.
         return self.exit_status(key) if status_path.exists() else LOST
+
+    def stop_cause(self, key: JobKey) -> str | None:
+        """Why the shim stopped an ended attempt on its own ("lease"), or None."""
+        handle = self.handles.get(key)
+        if handle is None:
+            return None
+        try:
+            status = json.loads((Path(handle.attempt_dir) / "status.json").read_text())
+        except (OSError, ValueError):
+            return None
+        cause = status.get("cause") if isinstance(status, dict) else None
+        return str(cause) if cause else None
 
     @staticmethod
     def _shim_alive(handle: Handle) -> bool:

@@ -16,6 +16,11 @@ agent's account, so it can write the log and status files the job cannot read), 
 
 Because the shim, not the agent, holds the pipe and the exit status, an agent restart
 neither kills the job (no SIGPIPE on its output) nor loses how it ended.
+
+The shim also enforces the agent's lease (workers.lease): once the file at `lease_path`
+says the lease has run out, it stops the job (SIGTERM to the group, `grace` seconds,
+SIGKILL) and records `"cause": "lease"` in status.json, so no job runs on after its node
+lost touch with the control side, even when the agent itself is dead or frozen.
 Standard library only: it runs with `-I`, whatever the job's environment holds.
 """
 
@@ -31,6 +36,7 @@ import sys
 import time
 
 PR_SET_CHILD_SUBREAPER = 36
+LEASE_CHECK_S = 1.0
 DRAIN_AFTER_EXIT_S = 2.0
 GROUP_GONE_WAIT_S = 5.0
 CHUNK = 65536
@@ -119,6 +125,47 @@ def _enter_workdir(workdir: str, account: dict | None, name: str) -> str | None:
     return None
 
 
+class LeaseWatch:
+    """Reads the lease file about once a second; says when to stop the job and when to
+    kill it. A missing or unreadable file is no lease to enforce (an executor used without
+    an agent)."""
+
+    def __init__(self, path: str | None, grace: float) -> None:
+        self.path = path
+        self.grace = grace
+        self.next_check = 0.0
+        self.kill_at: float | None = None
+        self.killed = False
+
+    def _expired(self) -> bool:
+        try:
+            with open(self.path or "") as fh:
+                until = float(fh.read().strip())
+        except (OSError, ValueError):
+            return False
+        return time.time() > until
+
+    def tick(self, leader: int) -> None:
+        now = time.monotonic()
+        if self.kill_at is None:
+            if self.path is None or now < self.next_check:
+                return
+            self.next_check = now + LEASE_CHECK_S
+            if self._expired():
+                self.kill_at = now + self.grace
+                _signal_group(leader, signal.SIGTERM)
+        elif not self.killed and now >= self.kill_at:
+            self.killed = True
+            _signal_group(leader, signal.SIGKILL)
+
+
+def _signal_group(pgid: int, sig: signal.Signals) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
 def main(attempt_dir: str) -> int:
     launch_path = os.path.join(attempt_dir, "launch.json")
     with open(launch_path) as fh:
@@ -160,6 +207,7 @@ def main(attempt_dir: str) -> int:
     os.dup2(devnull, 1)  # the agent stops reading; never block or die writing to it
 
     leader = proc.pid
+    lease = LeaseWatch(launch.get("lease_path"), float(launch.get("grace", 30.0)))
     returncode: int | None = None
     eof = False
     drain_until = None
@@ -174,6 +222,8 @@ def main(attempt_dir: str) -> int:
                     eof = True
         else:
             time.sleep(0.05)
+        if returncode is None:
+            lease.tick(leader)
         code = _reap(leader)
         if code is not None:
             returncode = code
@@ -202,7 +252,10 @@ def main(attempt_dir: str) -> int:
     status_path = os.path.join(attempt_dir, "status.json")
     tmp = status_path + ".tmp"
     with open(tmp, "w") as fh:
-        json.dump({"returncode": returncode, "ended_at": time.time()}, fh)
+        status: dict[str, object] = {"returncode": returncode, "ended_at": time.time()}
+        if lease.kill_at is not None:
+            status["cause"] = "lease"
+        json.dump(status, fh)
     os.replace(tmp, status_path)
     return 0
 

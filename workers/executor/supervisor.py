@@ -6,7 +6,8 @@ thread (tests call `poll()` directly, with an injected clock). Each change is pa
 
     {"job_id", "attempt", "state", "pid", "exit_code", "reason", "at"}
 
-with `state` one of running, succeeded, failed, timeout, cancelled, preempted. An attempt
+with `state` one of running, succeeded, failed, timeout, cancelled, preempted, lost (its
+shim stopped it when the agent's lease ran out, workers.lease). An attempt
 that is being stopped (time limit, cancel, preemption, GPU memory over-use) gets SIGTERM
 on its whole process group, `grace` seconds, then SIGKILL on the group; the final event
 says why it was stopped, whatever its exit code. `report` is called with the lock held and
@@ -200,6 +201,9 @@ class Supervisor:
         stop = self._stops.pop(key, None)
         if stop is not None:
             state, reason = stop.state, stop.reason
+        if self.executor.stop_cause(key) == "lease":
+            state = "lost"
+            reason = "stopped on its node: the node's lease ran out (no word from the control side)"
         self._final[key] = self._event(spec, state, pid=pid, exit_code=exit_code, reason=reason)
         self._emit(self._final[key])
 

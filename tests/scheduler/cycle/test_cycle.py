@@ -186,7 +186,7 @@ def test_preemption_requeues_a_borrowers_job_for_a_team_under_its_guarantee(
     run_cycle()
     claimant.refresh_from_db()
     assert claimant.state == JobState.PENDING
-    from fleet.services.agents import job_report_apply
+    from fleet.services.job_reports import job_report_apply
 
     for victim in borrowed:
         job_report_apply(node=a, job_id=victim.pk, attempt=1, state="preempted", exit_code=-15)
