@@ -4,9 +4,10 @@ in one file shared by all agents of the test. The assertions read what really ra
 not what the database believes ran.
 
 A line is `<event> <unix time> <node> <job id> <attempt> <gpus> <pid>`; `event` is start,
-tick, end (the command finished: exit 0 follows) or term (SIGTERM/SIGINT arrived; it exits
-143). The node is the agent's FAULTS_NODE, which the agent lets through to its jobs
-(FLEET_JOB_ENV_ALLOW); an execution is one (node, pid).
+tick (every half second), end (the command finished: exit 0 follows), term (SIGTERM or
+SIGINT arrived) or exit (after a SIGTERM, the job spent half a second "checkpointing",
+as a training job would within its grace, and exits 143). A job killed with SIGKILL writes
+nothing more: its last line is the last moment it is known to have run.
 """
 
 from __future__ import annotations
@@ -23,11 +24,18 @@ secs=${{1:-3}}
 gpus=${{CUDA_VISIBLE_DEVICES:-none}}
 me="${{FAULTS_NODE:-unknown}} ${{FLEET_JOB_ID:-?}} ${{FLEET_ATTEMPT:-?}} $gpus $$"
 rec() {{ ( flock 9; echo "$1 $(date +%s.%N) $me" >&9 ) 9>>"$log"; }}
-trap 'rec term; exit 143' TERM INT
+on_term() {{
+  trap '' TERM INT
+  rec term
+  sleep 0.25; rec tick; sleep 0.25; rec tick
+  rec exit
+  exit 143
+}}
+trap on_term TERM INT
 rec start
 i=0
-while [ "$i" -lt "$secs" ]; do
-  sleep 1 &
+while [ "$i" -lt $((secs * 2)) ]; do
+  sleep 0.5 &
   wait $!
   i=$((i + 1))
   rec tick
@@ -46,7 +54,7 @@ class Execution:
     start: float
     last_seen: float
     ended: str | None = None  # "end" (completed) or "term" (stopped); None: no word yet
-    end: float | None = None
+    end: float | None = None  # its last line once it has said it ends (end, or exit after term)
     alive: bool = False  # still running when the log was read
 
     @property
@@ -54,10 +62,8 @@ class Execution:
         return self.ended == "end"
 
     def until(self, now: float) -> float:
-        """The latest moment it is known to have run: its end, now if it is still running,
-        else the last line it wrote (a job killed with SIGKILL writes no end line)."""
-        if self.end is not None:
-            return self.end
+        """The latest moment it is known to have run: now if it is still running, else the
+        last line it wrote (its end or exit line; a job killed with SIGKILL writes none)."""
         return now if self.alive else self.last_seen
 
     def describe(self) -> str:
@@ -85,7 +91,9 @@ class ExecutionLog:
         os.chmod(self.script, stat.S_IRUSR | stat.S_IWUSR | stat.S_IRGRP | stat.S_IROTH)
 
     def command(self, seconds: int) -> str:
-        return f"sh {self.script} {int(seconds)}"
+        # exec: the script is the process group's leader, so a SIGTERM to the group reaches
+        # its trap before the agent's launcher, seeing the leader gone, SIGKILLs the rest.
+        return f"exec sh {self.script} {int(seconds)}"
 
     def read(self) -> list[Execution]:
         runs: dict[tuple[str, int], Execution] = {}
@@ -114,9 +122,11 @@ class ExecutionLog:
                 run.start = min(run.start, t)
             run.last_seen = max(run.last_seen, t)
             if event in ("end", "term") and run.ended is None:
-                run.ended, run.end = event, t
+                run.ended = event
+            if event in ("end", "exit"):
+                run.end = max(run.end or t, t)
         for run in runs.values():
-            run.alive = run.ended is None and _is_job(run.pid)
+            run.alive = run.end is None and _is_job(run.pid)
         return sorted(runs.values(), key=lambda r: r.start)
 
 

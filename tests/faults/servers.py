@@ -17,7 +17,22 @@ import threading
 import time
 from pathlib import Path
 
-PG_BIN = Path(os.environ.get("FLEET_FAULTS_PG_BIN", "/usr/lib/postgresql/15/bin"))
+
+def _pg_bin() -> Path:
+    """FLEET_FAULTS_PG_BIN, else PostgreSQL 15's binaries, else the newest installed."""
+    if os.environ.get("FLEET_FAULTS_PG_BIN"):
+        return Path(os.environ["FLEET_FAULTS_PG_BIN"])
+    preferred = Path("/usr/lib/postgresql/15/bin")
+    if (preferred / "initdb").exists():
+        return preferred
+    found = sorted(
+        Path("/usr/lib/postgresql").glob("*/bin/initdb"),
+        key=lambda p: int(p.parent.parent.name) if p.parent.parent.name.isdigit() else 0,
+    )
+    return found[-1].parent if found else preferred
+
+
+PG_BIN = _pg_bin()
 REDIS_SERVER = shutil.which("redis-server") or "/usr/bin/redis-server"
 
 

@@ -459,6 +459,11 @@ class Stack:
     def assert_invariants(self, fault: str, **options: Any) -> Report:
         report = self.report(fault, **options)
         print(report.text())
+        (self.folder / "report.txt").write_text(report.text() + "\n")
+        summary = os.environ.get("FLEET_FAULTS_SUMMARY")
+        if summary:  # one line per fault, for the table
+            with open(summary, "a") as fh:
+                fh.write(f"{self.name}: {report.summary()}\n")
         invariants_hold(report)
         return report
 

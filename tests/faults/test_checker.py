@@ -132,6 +132,7 @@ def test_the_log_is_read_back(tmp_path: Path) -> None:
     log.path.write_text(
         "start 10.0 a 1 1 0 100\ntick 11.0 a 1 1 0 100\nend 12.0 a 1 1 0 100\n"
         "start 10.5 b 2 3 0,1 100\ntick 11.5 b 2 3 0,1 100\nterm 11.7 b 2 3 0,1 100\n"
+        "tick 11.9 b 2 3 0,1 100\nexit 12.2 b 2 3 0,1 100\n"
         "start 13.0 a 3 1 none 101\ntick 14.0 a 3 1 none 101\ngarbage\n"
     )
     runs = log.read()
@@ -140,5 +141,6 @@ def test_the_log_is_read_back(tmp_path: Path) -> None:
         ("b", 2, 3, (0, 1), "term"),
         ("a", 3, 1, (), None),
     ]
-    assert runs[2].until(now=99) == 14.0 and runs[1].until(now=99) == 11.7
-    assert "sh " in log.command(3) and log.command(3).endswith(" 3")
+    assert runs[2].until(now=99) == 14.0 and runs[1].until(now=99) == 12.2
+    assert runs[0].completed and not runs[1].completed and runs[1].end == 12.2
+    assert "exec sh " in log.command(3) and log.command(3).endswith(" 3")
