@@ -182,13 +182,13 @@ SESSION_ENGINE = "django.contrib.sessions.backends.cached_db"
 SESSION_COOKIE_HTTPONLY = True
 X_FRAME_OPTIONS = "DENY"
 
-# HTTPS in production: cookies only over TLS, plain http redirected (except /healthz, for
-# probes inside the cluster), HSTS. Behind a proxy that terminates TLS, set
+# HTTPS in production: cookies only over TLS, plain http redirected (except /healthz and
+# /readyz, for probes inside the cluster), HSTS. Behind a proxy that terminates TLS, set
 # FLEET_PROXY_SSL_HEADER=1 so X-Forwarded-Proto: https counts as a secure request.
 SESSION_COOKIE_SECURE = env_bool("FLEET_SECURE_COOKIES", not DEBUG)
 CSRF_COOKIE_SECURE = SESSION_COOKIE_SECURE
 SECURE_SSL_REDIRECT = env_bool("FLEET_SSL_REDIRECT", not DEBUG)
-SECURE_REDIRECT_EXEMPT = [r"^healthz$"]
+SECURE_REDIRECT_EXEMPT = [r"^healthz$", r"^readyz$"]
 SECURE_HSTS_SECONDS = int(env("FLEET_HSTS_SECONDS", "0" if DEBUG else str(365 * 86400)))
 SECURE_HSTS_INCLUDE_SUBDOMAINS = env_bool("FLEET_HSTS_INCLUDE_SUBDOMAINS", True)
 SECURE_HSTS_PRELOAD = env_bool("FLEET_HSTS_PRELOAD", True)

@@ -15,6 +15,7 @@ from typing import Any
 
 from django.db import OperationalError
 
+from fleet.api.ready import reaper_ran
 from fleet.celery import app
 from fleet.models import Node
 from fleet.services import agents, job_reports, reaper, telemetry, telemetry_logs, wire
@@ -118,7 +119,9 @@ def telemetry_ingest(node: Node, a: dict[str, Any]) -> None:
 
 @app.task(name="fleet.tasks.reap_nodes", time_limit=60, soft_time_limit=50)
 def reap_nodes() -> dict[str, int]:
-    return reaper.nodes_reap()
+    summary = reaper.nodes_reap()
+    reaper_ran()  # beat is ticking (/readyz)
+    return summary
 
 
 @app.task(name="fleet.tasks.telemetry_rollup", time_limit=300, soft_time_limit=280)

@@ -50,9 +50,9 @@ cleanup() {
 }
 trap cleanup INT TERM EXIT
 
-start() {  # name, command...
+start() {  # name, command... (restarted whenever it exits, until Ctrl-C)
   local name=$1; shift
-  "$@" >"$VAR/log/$name.log" 2>&1 &
+  scripts/supervise.sh "$@" >"$VAR/log/$name.log" 2>&1 &
   pids+=("$!")
   echo "  $name (pid $!, log $VAR/log/$name.log)"
 }
@@ -76,5 +76,4 @@ fleet is up: http://$BIND:$FLEET_PORT/
   try:        curl -H "Authorization: Token $token" http://$BIND:$FLEET_PORT/api/v1/nodes/
 Ctrl-C stops everything.
 MSG
-wait -n "${pids[@]}" || true
-echo "a fleet process exited; see $VAR/log/" >&2
+wait "${pids[@]}" || true

@@ -12,6 +12,8 @@ from pathlib import Path
 
 import yaml
 
+from workers.wire import key_generate
+
 REPO = Path(__file__).resolve().parents[2]
 
 
@@ -20,7 +22,11 @@ def _compose_web_env() -> dict[str, str]:
     default and ${VAR:?...} (required, like SECRET_KEY) to a value an operator would give."""
     compose = yaml.safe_load((REPO / "docker-compose.yml").read_text())
     env = compose["services"]["web"]["environment"]
-    given = {"SECRET_KEY": secrets.token_urlsafe(50), "REDIS_PASSWORD": secrets.token_hex(32)}
+    given = {
+        "SECRET_KEY": secrets.token_urlsafe(50),
+        "REDIS_PASSWORD": secrets.token_hex(32),
+        "FLEET_CONTROL_KEY": key_generate(),
+    }
 
     def resolve(value: str) -> str:
         def one(match: re.Match[str]) -> str:
