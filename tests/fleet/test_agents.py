@@ -17,8 +17,8 @@ from fleet import tasks
 from fleet.models import Gpu, Job, JobEvent, Node
 from fleet.services.agents import agent_heartbeat, agent_register, node_key_create
 from fleet.services.job_reports import job_report_apply
-from fleet.services.reaper import nodes_reap
 from fleet.services.job_states import SCHEDULER, job_transition
+from fleet.services.reaper import nodes_reap
 from fleet.services.wire import control_public_key
 from tests.factories import JobFactory
 from workers.wire import Signer, key_generate

@@ -11,8 +11,8 @@ from fleet.models import GpuRelease, Job
 from fleet.services import jobs as job_services
 from fleet.services.agents import agent_heartbeat
 from fleet.services.job_reports import job_report_apply
-from fleet.services.reaper import nodes_reap
 from fleet.services.job_states import SCHEDULER, job_transition
+from fleet.services.reaper import nodes_reap
 from scheduler.cycle.snapshot import build_snapshot
 from tests.factories import JobFactory
 
