@@ -43,6 +43,12 @@ def job_reason_shown(*, job: Job, reason: str, fetched_by: Any) -> str:
     program)."""
     if not reason or can_see_command(fetched_by, job):
         return reason
+    return job_reason_public(job=job, reason=reason)
+
+
+def job_reason_public(*, job: Job, reason: str) -> str:
+    """The reason as anyone outside the job's team sees it; for views shared by everyone
+    (the queue fragment is rendered once for all viewers)."""
     private = [job.command, job.workdir, *(job.env or {}).values()]
     for text in sorted({t for t in private if t and len(t) >= 3}, key=len, reverse=True):
         reason = reason.replace(text, HIDDEN)

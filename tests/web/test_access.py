@@ -98,3 +98,22 @@ def test_drain_buttons_hidden_from_members(owner_web: Client, fleet_nodes: Any) 
 def test_unknown_node_and_job_are_404(owner_web: Client, db: Any) -> None:
     assert owner_web.get("/nodes/nope/").status_code == 404
     assert owner_web.get("/jobs/999999/").status_code == 404
+
+
+def test_another_team_sees_no_private_path_in_reasons_on_the_pages(
+    owner: Any, team: Any, fleet_nodes: Any, owner_web: Client, outsider_web: Client
+) -> None:
+    from fleet.models import JobEvent
+
+    secret = "/home/owner/secret-project"
+    reason = f"cannot start job: cannot enter the working directory {secret}: Permission denied"
+    job = JobFactory(owner=owner, team=team, workdir=secret, state="pending", state_reason=reason)
+    JobFactory(owner=owner, team=team, workdir=secret, state="held", state_reason=reason)
+    JobEvent.objects.create(
+        job=job, from_state="assigned", to_state="pending", attempt=1, reason=reason,
+        actor_kind="node", actor="sim-a",
+    )  # fmt: skip
+    for url in (f"/jobs/{job.pk}/", f"/jobs/{job.pk}/?partial=1", "/queue/?partial=1"):
+        page = outsider_web.get(url).content.decode()
+        assert secret not in page and "[hidden]" in page, url
+    assert secret in owner_web.get(f"/jobs/{job.pk}/?partial=1").content.decode()

@@ -14,7 +14,7 @@ from django.views.decorators.http import require_POST
 
 from fleet.errors import ApplicationError, NotFound
 from fleet.models import Job, JobEvent, JobState
-from fleet.selectors.jobs import job_events, job_get
+from fleet.selectors.jobs import job_events, job_get, job_reason_shown, job_state_reason
 from fleet.services import jobs as job_services
 from fleet.services.access import can_manage_job, can_see_command
 from fleet.web import live, sources
@@ -59,9 +59,12 @@ def timeline(job: Job, events: list[JobEvent], now: datetime) -> list[dict[str, 
 
 def job_context(request: HttpRequest, job: Job) -> dict[str, Any]:
     events = list(job_events(job=job))
+    for event in events:
+        event.reason = job_reason_shown(job=job, reason=event.reason, fetched_by=request.user)
     manage = can_manage_job(request.user, job)
     return {
         "job": job,
+        "reason": job_state_reason(job=job, fetched_by=request.user),
         "events": events,
         "ignored": [e for e in events if not e.applied],
         "timeline": timeline(job, events, timezone.now()),

@@ -13,7 +13,7 @@ from django.template.loader import render_to_string
 
 from fleet.models import Job, JobState
 from fleet.models.jobs import ACTIVE_STATES
-from fleet.selectors.jobs import job_list
+from fleet.selectors.jobs import job_list, job_reason_public
 from fleet.services.access import team_ids
 from fleet.web import live, sources
 from fleet.web.access import member_required
@@ -45,16 +45,21 @@ def queue_context(request: HttpRequest, scope: str) -> dict[str, Any]:
         jobs.filter(state__in=ACTIVE_STATES).order_by("started_at", "assigned_at", "id"),
         PER_PAGE,
     ).get_page(request.GET.get("rpage"))
-    held = jobs.filter(state=JobState.HELD).order_by("submitted_at")[:PER_PAGE]
+    held = list(jobs.filter(state=JobState.HELD).order_by("submitted_at")[:PER_PAGE])
     start = (pending.number - 1) * PER_PAGE
     rows = [(job.queue_position or start + i + 1, job) for i, job in enumerate(pending)]
+    # Rendered once for every viewer: reasons as anyone outside the job's team may see them.
+    for job in [*pending, *held]:
+        job.shown_reason = job_reason_public(  # type: ignore[attr-defined]
+            job=job, reason=job.state_reason or ""
+        )
     return {
         "scope": scope,
         "scopes": SCOPES,
         "pending": pending,
         "rows": rows,
         "running": running,
-        "held": list(held),
+        "held": held,
         "policy": sources.active_policy_name(),
     }
 
