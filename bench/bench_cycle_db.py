@@ -35,6 +35,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 os.environ.setdefault("DATABASE_URL", "postgres://postgres@127.0.0.1:5432/fleet_bench")
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "fleet.settings")
+os.environ.setdefault("DEBUG", "1")  # a development set-up: a generated SECRET_KEY will do
 
 MODELS = (("A100-80GB", 81920), ("H100-80GB", 81920), ("V100-32GB", 32768))
 

@@ -23,6 +23,7 @@ if not os.environ.get("DATABASE_URL"):
     os.environ.pop("DATABASE_URL", None)
     os.environ["FLEET_VAR_DIR"] = tempfile.mkdtemp(prefix="fleet-bench-")
 os.environ.setdefault("DJANGO_SETTINGS_MODULE", "fleet.settings")
+os.environ.setdefault("DEBUG", "1")  # a development set-up: a generated SECRET_KEY will do
 os.environ.setdefault("LOG_LEVEL", "WARNING")
 
 import django  # noqa: E402
