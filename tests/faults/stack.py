@@ -30,6 +30,11 @@ REPO = Path(__file__).resolve().parents[2]
 BIN = Path(sys.executable).parent
 PYTHON = sys.executable
 
+# What `make up` runs the control worker and beat under, when it exists: it starts them
+# again whenever they exit (a database or broker outage). Agents run bare, so an agent
+# killed in a test stays down until the test starts it again.
+SUPERVISE = REPO / "scripts" / "supervise.sh"
+
 HEARTBEAT_TIMEOUT_S = 3
 # Every process gets these (a process that does not know a setting ignores it).
 TIMINGS = {
@@ -275,16 +280,17 @@ class Stack:
             [PYTHON, "manage.py", "runserver", f"127.0.0.1:{self.web_port}", "--noreload"],
             env,
         ).start()
+        supervised = ["bash", str(SUPERVISE)] if SUPERVISE.exists() else []
         self._proc(
             "control",
-            [str(BIN / "celery"), "-A", "fleet", "worker", "-Q", "control", "-n", "control@%h",
-             "--concurrency", "2", "--loglevel", "INFO"],
+            [*supervised, str(BIN / "celery"), "-A", "fleet", "worker", "-Q", "control",
+             "-n", "control@%h", "--concurrency", "2", "--loglevel", "INFO"],
             env,
         ).start()  # fmt: skip
         self._proc(
             "beat",
-            [str(BIN / "celery"), "-A", "fleet", "beat", "--loglevel", "INFO", "-s",
-             str(self.folder / "beat-schedule")],
+            [*supervised, str(BIN / "celery"), "-A", "fleet", "beat", "--loglevel", "INFO",
+             "-s", str(self.folder / "beat-schedule")],
             env,
         ).start()  # fmt: skip
         proxied = set(proxied)
@@ -446,6 +452,11 @@ class Stack:
         jobs = self.jobs()
         events = {job_id: self.events(job_id) for job_id in jobs}
         executions = self.executions()
+        # The database's side of the story, kept beside the execution log for a post-mortem
+        # (the test's database is dropped when it ends).
+        (self.folder / "jobs.json").write_text(
+            json.dumps({"jobs": jobs, "events": events}, indent=1, default=str)
+        )
         violations = check(
             executions=executions,
             jobs=jobs,
