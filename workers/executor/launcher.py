@@ -73,6 +73,13 @@ def _dir_name(key: JobKey) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]", "_", f"{job_id}.{attempt}")
 
 
+def _pid_from_shim(attempt_dir: Path) -> int:
+    try:
+        return int((attempt_dir / "job.pid").read_text())
+    except (OSError, ValueError):
+        return 0
+
+
 def _create_time(pid: int) -> float | None:
     try:
         return psutil.Process(pid).create_time()
@@ -179,6 +186,19 @@ class Executor:
                 start_new_session=True,
                 close_fds=True,
             )
+        # A record before the pid is known: an agent that dies while the shim starts the job
+        # leaves its successor enough to adopt the job (or stop it), never an unknown orphan.
+        self._write_record(
+            Handle(
+                spec=spec,
+                pid=0,
+                shim_pid=shim.pid,
+                started_at=self.clock(),
+                attempt_dir=str(attempt_dir),
+                shim_create_time=_create_time(shim.pid),
+                scratch=scratch,
+            )
+        )
         line = self._first_line(shim)
         if not line.startswith("pid "):
             shim.wait(timeout=SHIM_START_TIMEOUT_S)
@@ -278,9 +298,13 @@ class Executor:
             except (OSError, ValueError, KeyError, TypeError) as exc:
                 logger.warning("ignoring unreadable attempt record %s: %s", record_path, exc)
                 continue
+            pid = record["pid"] or _pid_from_shim(record_path.parent)
+            if not pid:
+                self._abandon(record_path.parent, record)
+                continue
             handle = Handle(
                 spec=spec,
-                pid=record["pid"],
+                pid=pid,
                 shim_pid=record["shim_pid"],
                 started_at=record["started_at"],
                 attempt_dir=str(record_path.parent),
@@ -290,6 +314,19 @@ class Executor:
             self.handles[spec.key] = handle
             if self.exit_status(spec.key) is None:
                 self._simulate_load(handle)
+
+    def _abandon(self, attempt_dir: Path, record: dict[str, Any]) -> None:
+        """An attempt whose shim never said it started the job: stop the shim, drop the
+        attempt. Its start was never confirmed, so the control side takes it back."""
+        shim_pid = int(record.get("shim_pid") or 0)
+        created = record.get("shim_create_time")
+        if shim_pid > 0 and created is not None and _create_time(shim_pid) == created:
+            try:
+                os.kill(shim_pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        logger.warning("dropped attempt %s: its job never started", attempt_dir.name)
+        shutil.rmtree(attempt_dir, ignore_errors=True)
 
     # -- state ------------------------------------------------------------------------------
 

@@ -166,6 +166,16 @@ def _signal_group(pgid: int, sig: signal.Signals) -> None:
         pass
 
 
+def _tell_agent(line: str) -> None:
+    """Say one line to the agent that started the shim. The agent may have died meanwhile
+    (its end of the pipe is closed): the job then runs on unheard, still supervised here,
+    lease included, and a restarted agent adopts it from its record."""
+    try:
+        print(line, flush=True)
+    except OSError:
+        pass
+
+
 def main(attempt_dir: str) -> int:
     launch_path = os.path.join(attempt_dir, "launch.json")
     with open(launch_path) as fh:
@@ -176,7 +186,7 @@ def main(attempt_dir: str) -> int:
     account = launch.get("account")
     error = _enter_workdir(launch["workdir"], account, launch.get("account_name", ""))
     if error:
-        print(f"error {error}", flush=True)
+        _tell_agent(f"error {error}")
         return 2
     as_account = (
         {"user": account["uid"], "group": account["gid"], "extra_groups": account["groups"]}
@@ -199,10 +209,15 @@ def main(attempt_dir: str) -> int:
             **as_account,
         )
     except OSError as exc:
-        print(f"error {exc}", flush=True)
+        _tell_agent(f"error {exc}")
         return 2
     os.close(write_fd)
-    print(f"pid {proc.pid}", flush=True)
+    # For an agent that dies before it hears the pid: its successor adopts the job from here.
+    pid_path = os.path.join(attempt_dir, "job.pid")
+    with open(pid_path + ".tmp", "w") as fh:
+        fh.write(str(proc.pid))
+    os.replace(pid_path + ".tmp", pid_path)
+    _tell_agent(f"pid {proc.pid}")
     devnull = os.open(os.devnull, os.O_WRONLY)
     os.dup2(devnull, 1)  # the agent stops reading; never block or die writing to it
 

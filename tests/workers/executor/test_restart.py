@@ -49,3 +49,39 @@ def test_the_time_limit_still_holds_after_a_restart(tmp_path):
 
     assert event["state"] == "timeout"
     assert group_gone(pid)
+
+
+def _as_if_the_agent_died_before_hearing_the_pid(tmp_path, job_id):
+    import json
+
+    record_path = next(Path(tmp_path / "state").glob(f"{job_id}.1/record.json"))
+    record = json.loads(record_path.read_text())
+    record["pid"] = 0
+    record_path.write_text(json.dumps(record))
+    return record_path.parent
+
+
+def test_a_job_whose_start_the_agent_did_not_live_to_hear_is_adopted(tmp_path):
+    old = Agent(tmp_path)
+    _, pid = old.start("sleep 30", job_id=3)
+    _as_if_the_agent_died_before_hearing_the_pid(tmp_path, 3)
+
+    new = Agent(tmp_path)
+
+    assert new.supervisor.running() == [(3, 1, pid)]
+    new.supervisor.cancel(3, 1, grace=0)
+    assert new.wait_final(3)["state"] == "cancelled"
+    assert group_gone(pid)
+
+
+def test_an_attempt_whose_job_never_started_is_dropped(tmp_path):
+    old = Agent(tmp_path)
+    _, pid = old.start("sleep 30", job_id=4)
+    attempt_dir = _as_if_the_agent_died_before_hearing_the_pid(tmp_path, 4)
+    (attempt_dir / "job.pid").unlink()  # as if the shim died before starting the job
+
+    new = Agent(tmp_path)
+
+    assert new.supervisor.running() == []
+    assert not attempt_dir.exists()
+    old.supervisor.cancel(4, 1, grace=0)  # the job itself is the test's to clean up
