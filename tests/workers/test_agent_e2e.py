@@ -200,8 +200,13 @@ def test_simulated_telemetry_reaches_cache_history_and_rollups(
     node_view = owner_api.get(f"/api/v1/nodes/{node.name}/").json()
     shown = node_view["gpus"][0]["latest"]
     assert shown["memory_total_mb"] == 81920 and shown["memory_used_mb"] > 0
-    telemetry_flush()
-    assert TelemetrySample.objects.filter(gpu=gpu).count() >= 2
+
+    def two_stored() -> bool:
+        telemetry_flush()
+        return TelemetrySample.objects.filter(gpu=gpu).count() >= 2
+
+    # Readings sent before the node registered its GPUs are refused: wait for a second one.
+    control.pump(two_stored, what="two samples in the history")
 
     first = TelemetrySample.objects.filter(gpu=gpu).earliest("sampled_at").sampled_at
     telemetry_rollup(now=first + timedelta(minutes=2))
