@@ -36,7 +36,7 @@ class Violation:
         return "\n".join(lines)
 
 
-def _ts(value: Any) -> float | None:
+def timestamp(value: Any) -> float | None:
     if not value:
         return None
     return datetime.fromisoformat(str(value).replace("Z", "+00:00")).timestamp()
@@ -54,7 +54,7 @@ def final_event_time(job: Mapping[str, Any], events: Sequence[Mapping[str, Any]]
         return None
     for event in reversed(events):
         if event.get("applied", True) and event["to_state"] == job["state"]:
-            return _ts(event["at"])
+            return timestamp(event["at"])
     return None
 
 
@@ -226,7 +226,11 @@ class Report:
             for r in v.executions[:1]
             for g in r.gpus
         }
-        stuck = {v.job_id for v in self.violations if v.invariant == "not-terminal"}
+        stuck = {
+            v.job_id
+            for v in self.violations
+            if v.invariant in ("not-terminal", "stuck-assigned", "stuck-running")
+        }
         states: dict[str, int] = defaultdict(int)
         for job in self.jobs.values():
             states[job["state"]] += 1

@@ -23,7 +23,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.faults.executions import Execution, ExecutionLog
-from tests.faults.invariants import TERMINAL, Report, check, invariants_hold
+from tests.faults.invariants import TERMINAL, Report, Violation, check, invariants_hold, timestamp
 from tests.faults.servers import PostgresServer, RedisServer, TcpProxy, free_port, wait_for
 
 REPO = Path(__file__).resolve().parents[2]
@@ -49,6 +49,9 @@ TIMINGS = {
 }
 # When the control side may declare a silent node's jobs lost at the earliest.
 LOST_AFTER_S = HEARTBEAT_TIMEOUT_S + 6 + 1 + 2
+# Beyond a timeout, what the control side may take to act on it (reaper and scheduler
+# ticks, a message in the queue) before a job counts as stuck.
+STUCK_SLACK_S = 5.0
 # What the fault suite keeps out of the processes it starts: the caller's stack settings.
 _DROP = ("DATABASE_URL", "REDIS_URL", "CELERY_", "FLEET_", "DJANGO_SETTINGS_MODULE", "SECRET_KEY")
 
@@ -424,9 +427,17 @@ class Stack:
 
         return dict(wait_for(ready, timeout, what, 0.3))
 
-    def settle(self, timeout: float = 90) -> None:
+    def settle(self, timeout: float = 90) -> list[Violation]:
         """Wait until every job is finished and no execution runs any more; give up after
-        `timeout` seconds (the check then names what is stuck)."""
+        `timeout` seconds (the check then names what is stuck). Meanwhile, watch for jobs
+        stuck longer than their timeouts: assigned without a start past the start timeout
+        (or past the time a down node's jobs are declared lost), running in the database
+        with no process running it for longer than the control side needs to notice."""
+        start_timeout = float(self.control_env()["FLEET_START_TIMEOUT"])
+        assigned_limit = max(start_timeout, LOST_AFTER_S) + STUCK_SLACK_S
+        running_limit = LOST_AFTER_S + float(TIMINGS["FLEET_MISSING_GRACE"]) + STUCK_SLACK_S
+        unrun_since: dict[tuple[int, int], float] = {}
+        stuck: dict[tuple[str, int], Violation] = {}
         deadline = time.monotonic() + timeout
         while time.monotonic() < deadline:
             try:
@@ -434,11 +445,40 @@ class Stack:
             except Exception:
                 time.sleep(1)
                 continue
+            runs = self.executions()
+            now = time.time()
+            for job_id, job in jobs.items():
+                if job["state"] == "assigned" and job.get("assigned_at"):
+                    waited = now - (timestamp(job["assigned_at"]) or now)
+                    if waited > assigned_limit:
+                        stuck[("stuck-assigned", job_id)] = Violation(
+                            "stuck-assigned",
+                            job_id,
+                            f"assigned to {job.get('node')} (attempt {job['attempt']}) for "
+                            f"{waited:.0f} s without starting (limit {assigned_limit:g} s)",
+                        )
+                key = (job_id, int(job["attempt"]))
+                running = job["state"] == "running" and not any(
+                    r.alive and r.job_id == job_id and r.attempt == key[1] for r in runs
+                )
+                if not running:
+                    unrun_since.pop(key, None)
+                    continue
+                since = unrun_since.setdefault(key, now)
+                if now - since > running_limit:
+                    stuck[("stuck-running", job_id)] = Violation(
+                        "stuck-running",
+                        job_id,
+                        f"running on {job.get('node')} (attempt {key[1]}) in the database with "
+                        f"no process running it for {now - since:.0f} s "
+                        f"(limit {running_limit:g} s)",
+                    )
             if all(j["state"] in TERMINAL for j in jobs.values()) and not any(
-                r.alive for r in self.executions()
+                r.alive for r in runs
             ):
-                return
+                break
             time.sleep(0.5)
+        return list(stuck.values())
 
     def report(
         self,
@@ -448,7 +488,7 @@ class Stack:
         allow_rerun_after_completion: bool = False,
         expect_states: Mapping[int, str] | None = None,
     ) -> Report:
-        self.settle(settle_s)
+        stuck = self.settle(settle_s)
         jobs = self.jobs()
         events = {job_id: self.events(job_id) for job_id in jobs}
         executions = self.executions()
@@ -465,7 +505,7 @@ class Stack:
             allow_rerun_after_completion=allow_rerun_after_completion,
             expect_states=expect_states,
         )
-        return Report(fault, jobs, executions, violations)
+        return Report(fault, jobs, executions, stuck + violations)
 
     def assert_invariants(self, fault: str, **options: Any) -> Report:
         report = self.report(fault, **options)
