@@ -43,6 +43,8 @@ log = logging.getLogger(__name__)
 RECONCILE_TASK = "workers.tasks.reconcile"
 # Sent to an agent for each heartbeat or registration applied (workers/lease.py).
 ACKNOWLEDGE_TASK = "workers.tasks.acknowledge"
+# How far an agent's clock may be behind the control side's before its heartbeats look late.
+CLOCK_ALLOWANCE_S = 10.0
 
 
 def _setting(name: str, default: float) -> float:
@@ -201,10 +203,15 @@ def _agent_alive(
     with transaction.atomic():
         if lease:
             Node.objects.filter(pk=node.pk).update(lease_seconds=max(1, int(lease)))
-        _node_seen(node, now)
-        current = _is_newest(node, at)
+        # A heartbeat delivered long after it was sent (retried through a database outage,
+        # held up in the broker) proves nothing about the node now, and what it lists is old.
+        late = at is not None and now.timestamp() - at > node.heartbeat_timeout + CLOCK_ALLOWANCE_S
+        if not late:
+            _node_seen(node, now)
+        current = not late and _is_newest(node, at)
         stops = _reconcile(node, running) if current else []
-        gpu_release_reconcile(node=node, running=listed)
+        if current:
+            gpu_release_reconcile(node=node, running=listed)
         if at is not None:
             messaging.send_to_node_on_commit(
                 node.name,

@@ -3,6 +3,7 @@ that race, reordered heartbeats, nodes back with old processes, fenced and resen
 
 from __future__ import annotations
 
+import time
 from datetime import timedelta
 from typing import Any
 
@@ -11,7 +12,7 @@ import redis
 from django.conf import settings
 from django.utils import timezone
 
-from fleet.models import Job, JobEvent
+from fleet.models import Job, JobEvent, Node
 from fleet.services import job_reports, messaging
 from fleet.services.agents import agent_heartbeat
 from fleet.services.job_reports import job_report_apply, requeue_lost
@@ -49,17 +50,18 @@ def test_an_outcome_repeated_by_a_heartbeat_is_applied_once_and_acknowledged(
 ) -> None:
     node = fleet_nodes[0]
     job = _running(owner, team, node, 0)
+    t = time.time()
     with django_capture_on_commit_callbacks(execute=True):
         # The success report was lost in the broker; the heartbeat repeats it, twice.
-        agent_heartbeat(node=node, running=[], outcomes=[outcome(job)], at=1000.0, lease=60)
-        agent_heartbeat(node=node, running=[], outcomes=[outcome(job)], at=1001.0, lease=60)
+        agent_heartbeat(node=node, running=[], outcomes=[outcome(job)], at=t, lease=60)
+        agent_heartbeat(node=node, running=[], outcomes=[outcome(job)], at=t + 1, lease=60)
     job.refresh_from_db()
     assert job.state == "succeeded" and job.exit_code == 0
     assert JobEvent.objects.filter(job=job, to_state="succeeded", applied=True).count() == 1
     acks = [kw for task, _q, kw in sent if task == "workers.tasks.acknowledge"]
     assert acks == [
-        {"heard_at": 1000.0, "outcomes": [[job.pk, 1]]},
-        {"heard_at": 1001.0, "outcomes": [[job.pk, 1]]},
+        {"heard_at": t, "outcomes": [[job.pk, 1]]},
+        {"heard_at": t + 1, "outcomes": [[job.pk, 1]]},
     ]
     node.refresh_from_db()
     assert node.lease_seconds == 60
@@ -118,16 +120,17 @@ def test_a_reordered_heartbeat_loses_nothing_and_a_listed_job_is_no_longer_missi
     node = fleet_nodes[0]
     job = _running(owner, team, node, 0)
     now = timezone.now()
+    t = now.timestamp()  # the agent's clock, the same as the control side's
     listed = [[job.pk, 1, 4242, [0]]]
-    agent_heartbeat(node=node, running=listed, at=100.0, now=now)
+    agent_heartbeat(node=node, running=listed, at=t, now=now)
     # A heartbeat sent before the job started arrives late: it does not list the job.
-    agent_heartbeat(node=node, running=[], at=99.0, now=now + timedelta(seconds=1))
-    agent_heartbeat(node=node, running=listed, at=101.0, now=now + timedelta(seconds=2))
-    agent_heartbeat(node=node, running=listed, at=110.0, now=now + timedelta(seconds=20))
+    agent_heartbeat(node=node, running=[], at=t - 1, now=now + timedelta(seconds=1))
+    agent_heartbeat(node=node, running=listed, at=t + 1, now=now + timedelta(seconds=2))
+    agent_heartbeat(node=node, running=listed, at=t + 20, now=now + timedelta(seconds=20))
     assert Job.objects.get(pk=job.pk).state == "running"
     # Missing from current heartbeats for longer than the grace: lost.
-    agent_heartbeat(node=node, running=[], at=111.0, now=now + timedelta(seconds=21))
-    agent_heartbeat(node=node, running=[], at=120.0, now=now + timedelta(seconds=27))
+    agent_heartbeat(node=node, running=[], at=t + 21, now=now + timedelta(seconds=21))
+    agent_heartbeat(node=node, running=[], at=t + 27, now=now + timedelta(seconds=27))
     assert Job.objects.get(pk=job.pk).state == "pending"
 
 
@@ -139,11 +142,11 @@ def test_a_node_back_with_an_old_process_keeps_its_gpus_until_the_process_is_gon
     requeue_lost(job, "node went down")
     assert _free(node.name, 1)
     with django_capture_on_commit_callbacks(execute=True):
-        agent_heartbeat(node=node, running=[[job.pk, 1, 4242, [1]]], at=5.0)
+        agent_heartbeat(node=node, running=[[job.pk, 1, 4242, [1]]], at=time.time())
     assert not _free(node.name, 1)
     stops = [kw for task, _q, kw in sent if task == "workers.tasks.reconcile"]
     assert stops and stops[0]["stop"] == [[job.pk, 1]]
-    agent_heartbeat(node=node, running=[], at=6.0)
+    agent_heartbeat(node=node, running=[], at=time.time())
     assert _free(node.name, 1)
 
 
@@ -188,3 +191,20 @@ def test_an_unconfirmed_start_is_sent_again_before_it_is_given_up(
         assert nodes_reap(now=now + timedelta(seconds=15))["starts_resent"] == 1
     starts = [kw for task, q, kw in sent if task == messaging.START_JOB_TASK]
     assert [(s["job_id"], s["attempt"]) for s in starts] == [(job.pk, 1)]
+
+
+def test_a_heartbeat_delivered_long_after_it_was_sent_is_no_sign_of_life(
+    owner: Any, team: Any, fleet_nodes: Any
+) -> None:
+    node = fleet_nodes[0]
+    job = _running(owner, team, node, 0)
+    node.state, node.last_heartbeat = "down", None
+    node.save()
+    now = timezone.now()
+    sent = now.timestamp() - node.heartbeat_timeout - 15  # retried through an outage
+    agent_heartbeat(node=node, running=[], outcomes=[outcome(job)], at=sent, now=now)
+    node.refresh_from_db()
+    assert (node.state, node.last_heartbeat) == ("down", None)
+    assert Job.objects.get(pk=job.pk).state == "succeeded"  # its outcome still counts
+    agent_heartbeat(node=node, running=[], at=now.timestamp() - 1, now=now)
+    assert Node.objects.get(pk=node.pk).state == "up"
