@@ -107,3 +107,20 @@ def fleet_nodes(db: Any) -> list[Any]:
     for i in range(2):
         GpuFactory(node=b, index=i, model="V100-32GB", memory_mb=32768)
     return [a, b]
+
+
+@pytest.fixture
+def sent(monkeypatch: Any) -> list[tuple[str, str, dict[str, Any]]]:
+    """Messages the control side sends (task, queue, kwargs), recorded instead of sent."""
+    from fleet.services import messaging
+    from tests.messages import node_message_args
+
+    out: list[tuple[str, str, dict[str, Any]]] = []
+    monkeypatch.setattr(
+        messaging,
+        "_send",
+        lambda task, queue, kwargs, countdown=None: out.append(
+            (task, queue, node_message_args(task, queue, kwargs))
+        ),
+    )
+    return out

@@ -21,23 +21,9 @@ from fleet.services.jobs import job_cancel
 from fleet.services.reaper import nodes_reap
 from tests.factories import JobFactory
 from tests.fleet.test_releases import _free, _running
-from tests.messages import node_message_args
 from workers.fence import FENCE_KEY, dispatch_token
 
 pytestmark = pytest.mark.django_db
-
-
-@pytest.fixture
-def sent(monkeypatch: Any) -> list[tuple[str, str, dict[str, Any]]]:
-    out: list[tuple[str, str, dict[str, Any]]] = []
-    monkeypatch.setattr(
-        messaging,
-        "_send",
-        lambda task, queue, kwargs, countdown=None: out.append(
-            (task, queue, node_message_args(task, queue, kwargs))
-        ),
-    )
-    return out
 
 
 def outcome(job: Job, state: str = "succeeded", **extra: Any) -> dict[str, Any]:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import pytest
 from django.utils import timezone
 
 from fleet.models import Job, JobState, Node
@@ -36,20 +35,3 @@ def make_running(owner: Any, team: Any, node: Node, indices: list[int], **fields
         started_at=timezone.now(),
         **fields,
     )
-
-
-@pytest.fixture
-def sent(monkeypatch: Any) -> list[tuple[str, str, dict[str, Any]]]:
-    """Messages the control side sends (task, queue, kwargs), recorded instead of sent."""
-    from fleet.services import messaging
-    from tests.messages import node_message_args
-
-    out: list[tuple[str, str, dict[str, Any]]] = []
-    monkeypatch.setattr(
-        messaging,
-        "_send",
-        lambda task, queue, kwargs, countdown=None: out.append(
-            (task, queue, node_message_args(task, queue, kwargs))
-        ),
-    )
-    return out
