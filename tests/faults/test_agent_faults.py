@@ -28,10 +28,6 @@ def busiest_node(stack: Stack, count: int = 1, timeout: float = 30) -> str:
     return str(wait_for(pick, timeout, f"a node running {count} executions", 0.2))
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="durable outcomes (issue 10): attempts that ended while their agent was down are taken for lost and run again",
-)
 def test_agent_kill9_then_restarted(stack: Stack) -> None:
     """The agent dies (kill -9) while its jobs run; they finish while it is away, and it
     comes back: their outcomes must reach the control side, none may run again."""
@@ -44,10 +40,6 @@ def test_agent_kill9_then_restarted(stack: Stack) -> None:
     stack.assert_invariants("agent kill -9, restarted", expect_states=stack.all_succeed(ids))
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="leases (issue 10): nothing stops a dead agent's jobs, and they are requeued as soon as the node is down",
-)
 def test_agent_kill9_stays_down(stack: Stack) -> None:
     """The agent dies for good while its jobs run, and nothing on that host stops them:
     the jobs may run again elsewhere only once the old processes are surely gone."""
@@ -60,11 +52,6 @@ def test_agent_kill9_stays_down(stack: Stack) -> None:
     )
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="leases (issue 10): an agent killed while starting a job leaves its shim dead "
-    "(BrokenPipeError on the pid line, workers/executor/shim.py) and the job unsupervised",
-)
 def test_agent_kill9_while_starting_jobs_stays_down(stack: Stack) -> None:
     """The agent dies (kill -9) in the middle of starting jobs and stays down: a job it had
     begun to launch must be stopped by its lease like any other before it runs elsewhere."""
@@ -85,10 +72,6 @@ def test_agent_kill9_while_starting_jobs_stays_down(stack: Stack) -> None:
     )
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="GPU holds (issue 10): a down node's GPUs are handed out while its old job processes still run",
-)
 def test_agent_restarted_while_its_orphans_run(stack: Stack) -> None:
     """The agent dies, the node is declared down, the agent comes back while its old job
     processes still run: those GPUs must not be given to other jobs meanwhile, and the
@@ -109,10 +92,6 @@ def test_agent_restarted_while_its_orphans_run(stack: Stack) -> None:
     )
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="fenced starts (issue 10): a restarted agent runs queued starts of attempts since requeued elsewhere",
-)
 def test_agent_killed_with_starts_queued_restarted_after_node_down(stack: Stack) -> None:
     """Starts wait in the agent's queue when it is killed; the node is declared down and
     its jobs go elsewhere; then the agent comes back and finds those old starts. The start
@@ -142,10 +121,6 @@ def test_agent_killed_with_starts_queued_restarted_after_node_down(stack: Stack)
     )
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="leases and GPU holds (issue 10): a frozen agent's jobs are requeued at node-down while they still run",
-)
 @pytest.mark.parametrize("frozen_s", [5, 15], ids=["within-lease", "past-lease"])
 def test_agent_sigstop_past_node_timeout(stack: Stack, frozen_s: int) -> None:
     """The agent freezes (SIGSTOP) past its node's heartbeat timeout (5 s: within the
@@ -164,10 +139,6 @@ def test_agent_sigstop_past_node_timeout(stack: Stack, frozen_s: int) -> None:
     )
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="leases (issue 10): an agent cut off from the broker keeps running jobs that are requeued elsewhere",
-)
 @pytest.mark.parametrize("mode", ["blackhole", "reset"])
 def test_agent_partitioned_from_the_broker(stack: Stack, mode: str) -> None:
     """The agent's connection to Redis is cut for longer than the lease and its margin

@@ -55,10 +55,6 @@ def test_control_worker_kill9_right_after_a_burst_of_submits(stack: Stack) -> No
     )
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="prompt redelivery and durable outcomes (issue 10): a report taken by a killed worker waits for the 1 h visibility timeout; the job is taken for lost and runs again",
-)
 def test_control_worker_kill9_with_a_report_in_flight(stack: Stack) -> None:
     """The control worker has taken success reports from the broker and dies (kill -9)
     before applying them. The reports must be applied all the same (redelivered soon, or
@@ -86,10 +82,6 @@ def test_control_worker_kill9_with_a_report_in_flight(stack: Stack) -> None:
     )
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="conflicts re-read (issue 10): job_report_apply drops a success whose start lost the race to the running report",
-)
 def test_running_and_succeeded_reports_applied_at_the_same_moment(stack: Stack) -> None:
     """A job that ends at once: its "running" and its "succeeded" report are applied by
     the control worker's two processes at the same moment (both wait on the job's row,
@@ -154,10 +146,6 @@ def _held_heartbeats(stack: Stack, node: str) -> list[bytes]:
     return taken
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="missing marker cleared (issue 10): a late heartbeat that does not list a running job arms a marker that makes the job lost later",
-)
 def test_late_heartbeat_that_does_not_list_a_running_job(stack: Stack) -> None:
     """Heartbeats sent before the jobs started are delivered after they run (real
     messages, signed by the agent, held back in the broker): a job they do not list must
@@ -182,10 +170,6 @@ def test_late_heartbeat_that_does_not_list_a_running_job(stack: Stack) -> None:
     )
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="fenced starts (issue 10): a cancel does not fence the start waiting at the agent",
-)
 def test_cancel_while_the_start_is_queued_at_the_agent(stack: Stack) -> None:
     """The jobs are dispatched, their starts wait in the agents' queues (agents frozen),
     and the jobs are cancelled: a cancelled job's command must never run."""

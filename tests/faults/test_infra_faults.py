@@ -18,10 +18,6 @@ pytestmark = pytest.mark.faults
 PG_DOWN_S = float(os.environ.get("FLEET_FAULTS_PG_DOWN_S", "30"))
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="durable outcomes (issue 10): success reports lost with Redis are never repeated; the jobs run again",
-)
 def test_redis_flushall_with_success_reports_queued(stack: Stack) -> None:
     """The control worker is stopped, jobs finish and their success reports wait in Redis,
     Redis is flushed, the worker comes back: the successes must still be recorded (the
@@ -46,13 +42,6 @@ def test_redis_flushall_with_success_reports_queued(stack: Stack) -> None:
     )
 
 
-@pytest.mark.xfail(
-    strict=False,
-    reason="heartbeats retried after the outage (fleet/tasks.py autoretry) are applied late and "
-    "_node_seen stamps them with the time they are applied (fleet/services/agents.py): a dead "
-    "agent's node stays up for a minute, its jobs stuck running with no process (issue 10: "
-    "report retries and durable outcomes hold)",
-)
 def test_postgres_down_then_an_agent_crash(stack: Stack) -> None:
     """PostgreSQL stops for PG_DOWN_S while jobs run and finish: their outcomes must be
     recorded once it is back (none run again). Beat must outlive the outage (or be
