@@ -9,12 +9,10 @@ from fleet.models import Job, JobEvent
 from scheduler.cycle.config import settings_update
 from scheduler.cycle.runner import run_cycle
 from scheduler.models import CycleRecord, TeamUsage
-from tests.scheduler.cycle import conftest as cycle_fixtures
 from tests.scheduler.cycle.conftest import make_job, make_node, make_running
 
 pytestmark = pytest.mark.django_db
 
-sent = cycle_fixtures.sent  # the message recorder, shared with the cycle tests
 
 QUEUE = "/api/v1/queue/"
 ESTIMATE = "/api/v1/jobs/estimate/"
