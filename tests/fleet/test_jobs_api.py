@@ -5,7 +5,6 @@ from typing import Any
 import pytest
 
 from fleet.models import Job, JobEvent, JobState
-from tests.messages import node_message_args
 
 pytestmark = pytest.mark.django_db
 
@@ -151,18 +150,10 @@ def test_hold_release_and_refusals(owner_api: Any) -> None:
 
 
 def test_cancel_of_a_running_job_tells_its_node(
-    owner_api: Any, fleet_nodes: Any, monkeypatch: Any, django_capture_on_commit_callbacks: Any
+    owner_api: Any, fleet_nodes: Any, sent: Any, django_capture_on_commit_callbacks: Any
 ) -> None:
     from fleet.services import messaging
 
-    sent: list[tuple[str, str, dict[str, Any]]] = []
-    monkeypatch.setattr(
-        messaging,
-        "_send",
-        lambda task, queue, kwargs, countdown=None: sent.append(
-            (task, queue, node_message_args(task, queue, kwargs))
-        ),
-    )
     job_id = _submit(owner_api).json()["id"]
     Job.objects.filter(id=job_id).update(
         state="running", attempt=2, node=fleet_nodes[0], gpu_indices=[1]
