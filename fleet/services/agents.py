@@ -18,12 +18,10 @@ Job reports are in fleet.services.job_reports, the reaper in fleet.services.reap
 from __future__ import annotations
 
 import logging
-import os
 from collections.abc import Iterable, Sequence
 from datetime import datetime
 from typing import Any
 
-from django.conf import settings
 from django.core.cache import cache
 from django.db import transaction
 from django.db.models import Q
@@ -34,6 +32,7 @@ from fleet.models import Gpu, Job, JobState, Node, NodeState
 from fleet.models.jobs import ACTIVE_STATES
 from fleet.services import messaging
 from fleet.services.job_reports import job_report_apply, requeue_lost
+from fleet.services.reaper import missing_grace_s
 from fleet.services.releases import gpu_release_hold_running, gpu_release_reconcile
 from workers.wire import key_generate, public_key_of
 
@@ -45,16 +44,6 @@ RECONCILE_TASK = "workers.tasks.reconcile"
 ACKNOWLEDGE_TASK = "workers.tasks.acknowledge"
 # How far an agent's clock may be behind the control side's before its heartbeats look late.
 CLOCK_ALLOWANCE_S = 10.0
-
-
-def _setting(name: str, default: float) -> float:
-    value = getattr(settings, name, None)
-    return float(value if value is not None else os.environ.get(name, default))
-
-
-def missing_grace_s() -> float:
-    """How long a running job may be missing from its node's heartbeats before it is lost."""
-    return _setting("FLEET_MISSING_GRACE", 30)
 
 
 # -- credentials ----------------------------------------------------------------------------

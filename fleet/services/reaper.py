@@ -45,6 +45,11 @@ def start_timeout_s() -> float:
     return _setting("FLEET_START_TIMEOUT", 120)
 
 
+def missing_grace_s() -> float:
+    """How long a running job may be missing from its node's heartbeats before it is lost."""
+    return _setting("FLEET_MISSING_GRACE", 30)
+
+
 def start_resend_s() -> float:
     """How long before an unconfirmed start is sent again."""
     return _setting("FLEET_START_RESEND", 10)
