@@ -1,9 +1,15 @@
 """Snapshot (what the scheduler sees) and plan (what it decides), as frozen dataclasses.
 
 Times are seconds since the epoch as floats (the simulator starts at 0); `Snapshot.now` is
-the only clock a policy may use. A job asks either for whole GPUs (`gpus >= 1`, a gang that
-must sit on one node) or for a fraction of one GPU (`gpus == 0` with `gpu_memory_mb` and
-`gpu_compute_percent`).
+the only clock a policy may use. A job asks either for whole GPUs (`gpus >= 1`) or for a
+fraction of one GPU (`gpus == 0` with `gpu_memory_mb` and `gpu_compute_percent`).
+
+Whole GPUs sit on one node unless the job names `gpus_per_node`: then it is a gang of
+`gpus // gpus_per_node` members, each on its own node with `gpus_per_node` GPUs, placed
+all at once or not at all. A placement's first member (rank 0) is `node` and
+`gpu_indices`; the others are `members`, in rank order. `cpus` and `memory_mb` are asked
+per member (per node); a node that does not report its CPUs or memory (None) is not
+limited by them.
 """
 
 from __future__ import annotations
@@ -31,6 +37,14 @@ class GpuState:
 
 
 @dataclass(frozen=True, slots=True)
+class Member:
+    """One node's share of a placement: the node and the GPUs the job takes there."""
+
+    node: str
+    gpu_indices: tuple[int, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class NodeState:
     name: str
     gpus: tuple[GpuState, ...]
@@ -38,6 +52,14 @@ class NodeState:
     # so that reasons and ETAs can speak of them.
     schedulable: bool = True
     labels: Mapping[str, str] = field(default_factory=lambda: MappingProxyType({}))
+    # Host CPU cores and memory, and what running jobs leave of them; None when the node
+    # does not report them (then they limit nothing).
+    cpus: int | None = None
+    memory_mb: int | None = None
+    free_cpus: int | None = None
+    free_memory_mb: int | None = None
+    # Topology group (rack, switch): a gang prefers members in one group.
+    group: str = ""
 
 
 @dataclass(frozen=True, slots=True)
@@ -61,10 +83,28 @@ class PendingJob:
     predicted_runtime: float | None = None
     # Seconds of GPU work already done by earlier attempts (for least-attained-service).
     attained_service: float = 0.0
+    # 0: every GPU on one node. Otherwise a gang of gpus // gpus_per_node members.
+    gpus_per_node: int = 0
+    # Per member (per node); 0 asks for none.
+    cpus: int = 0
+    memory_mb: int = 0
+    # Members must share one topology group (the admin requires it); otherwise preferred.
+    same_group: bool = False
 
     @property
     def is_fractional(self) -> bool:
         return self.gpus == 0
+
+    @property
+    def nodes(self) -> int:
+        """How many nodes the job spans (1 unless it is a multi-node gang)."""
+        if self.gpus_per_node and self.gpus > self.gpus_per_node:
+            return self.gpus // self.gpus_per_node
+        return 1
+
+    @property
+    def gpus_on_each_node(self) -> int:
+        return self.gpus // self.nodes
 
     @property
     def expected_runtime(self) -> float:
@@ -100,10 +140,20 @@ class RunningJob:
     requeueable: bool = True
     # Seconds of GPU work done by earlier attempts (least-attained-service adds this run).
     attained_service: float = 0.0
+    # Members after the first (rank 0 is node, gpu_indices), for a multi-node gang.
+    members: tuple[Member, ...] = ()
+    gpus_per_node: int = 0
+    cpus: int = 0
+    memory_mb: int = 0
 
     @property
     def is_fractional(self) -> bool:
         return self.gpus == 0
+
+    @property
+    def allocations(self) -> tuple[Member, ...]:
+        """Every member, rank 0 first."""
+        return (Member(self.node, self.gpu_indices), *self.members)
 
     @property
     def limit_end(self) -> float:
@@ -157,6 +207,13 @@ class Place:
     node: str
     gpu_indices: tuple[int, ...]
     reason: str = ""
+    # Members after the first, for a multi-node gang (rank order).
+    members: tuple[Member, ...] = ()
+
+    @property
+    def allocations(self) -> tuple[Member, ...]:
+        """Every member, rank 0 first."""
+        return (Member(self.node, self.gpu_indices), *self.members)
 
 
 @dataclass(frozen=True, slots=True)
@@ -173,6 +230,8 @@ class Reserve:
     node: str
     start: float
     gpu_indices: tuple[int, ...] = ()
+    # Further nodes held for a multi-node gang.
+    members: tuple[Member, ...] = ()
 
 
 @dataclass(frozen=True, slots=True)
