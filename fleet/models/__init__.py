@@ -1,4 +1,4 @@
-from fleet.models.jobs import Job, JobEvent, JobState
+from fleet.models.jobs import Job, JobEvent, JobMember, JobState, MemberState
 from fleet.models.nodes import Gpu, GpuRelease, Node, NodeState
 from fleet.models.teams import ApiToken, Membership, Role, Team
 from fleet.models.telemetry import JobLogChunk, TelemetryRollup, TelemetrySample
@@ -10,7 +10,9 @@ __all__ = [
     "Job",
     "JobEvent",
     "JobLogChunk",
+    "JobMember",
     "JobState",
+    "MemberState",
     "Membership",
     "Node",
     "NodeState",

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 from django.conf import settings
 from django.db import models
-from django.db.models import Q
+from django.db.models import F, Q
+from django.db.models.functions import Mod
+from django.db.models.lookups import Exact
 
 from fleet.models.nodes import Node
 from fleet.models.teams import Team
@@ -56,6 +58,15 @@ class Job(models.Model):
     gpus = models.PositiveSmallIntegerField(default=1)
     gpu_memory_mb = models.PositiveIntegerField(null=True, blank=True)
     gpu_compute_percent = models.PositiveSmallIntegerField(null=True, blank=True)
+    # 0: every GPU on one node. Otherwise a multi-node gang of gpus // gpus_per_node members,
+    # each on its own node with gpus_per_node GPUs (docs/gangs.md).
+    gpus_per_node = models.PositiveSmallIntegerField(default=0)
+    # Host CPU cores and memory per member (per node); 0 asks for none. Submission fills in
+    # the team's per-GPU defaults when the job does not ask.
+    cpus = models.PositiveIntegerField(default=0)
+    memory_mb = models.PositiveIntegerField(default=0)
+    # Every member in one topology group (Node.group); otherwise only preferred.
+    same_group = models.BooleanField(default=False)
     gpu_model = models.CharField(max_length=100, blank=True)
     min_gpu_memory_mb = models.PositiveIntegerField(null=True, blank=True)
     time_limit = models.PositiveIntegerField(help_text="Seconds.")
@@ -126,6 +137,15 @@ class Job(models.Model):
             models.CheckConstraint(
                 condition=Q(state__in=[s.value for s in JobState]), name="job_state_valid"
             ),
+            models.CheckConstraint(
+                condition=Q(gpus_per_node=0)
+                | Q(
+                    Q(gpus__gte=F("gpus_per_node")),
+                    Exact(Mod(F("gpus"), F("gpus_per_node")), 0),
+                    gpus_per_node__gt=0,
+                ),
+                name="job_gpus_multiple_of_gpus_per_node",
+            ),
         ]
 
     # Set on the instance that the state machine returns: what the job was just before the
@@ -145,6 +165,67 @@ class Job(models.Model):
     @property
     def is_final(self) -> bool:
         return self.state in FINAL_STATES
+
+    @property
+    def nodes(self) -> int:
+        """How many nodes the job spans (1 unless it is a multi-node gang)."""
+        if self.gpus_per_node and self.gpus > self.gpus_per_node:
+            return self.gpus // self.gpus_per_node
+        return 1
+
+    @property
+    def is_gang(self) -> bool:
+        return self.nodes > 1
+
+
+class MemberState(models.TextChoices):
+    ASSIGNED = "assigned", "assigned"
+    RUNNING = "running", "running"
+    SUCCEEDED = "succeeded", "succeeded"
+    FAILED = "failed", "failed"
+    # Told to stop because the attempt is over (another member failed, cancel, requeue...).
+    STOPPED = "stopped", "stopped"
+
+
+class JobMember(models.Model):
+    """One node's share of one attempt: rank 0 is the job's own node and GPUs
+    (`Job.node`, `Job.gpu_indices`); a multi-node gang has one row per node, all written in
+    the transaction that dispatches the attempt. A gang never puts two members on one
+    node, so (job, attempt, node) names a member as well as (job, attempt, rank)."""
+
+    job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="members")
+    attempt = models.PositiveIntegerField()
+    rank = models.PositiveSmallIntegerField()
+    node = models.ForeignKey(
+        Node, null=True, blank=True, on_delete=models.SET_NULL, related_name="members"
+    )
+    gpu_indices = models.JSONField(default=list, blank=True)
+    state = models.CharField(
+        max_length=10, choices=MemberState.choices, default=MemberState.ASSIGNED
+    )
+    pid = models.PositiveIntegerField(null=True, blank=True)
+    exit_code = models.IntegerField(null=True, blank=True)
+    started_at = models.DateTimeField(null=True, blank=True)
+    finished_at = models.DateTimeField(null=True, blank=True)
+
+    class Meta:
+        ordering = ["job", "attempt", "rank"]
+        constraints = [
+            models.UniqueConstraint(
+                fields=["job", "attempt", "rank"], name="job_member_unique_rank"
+            ),
+            models.UniqueConstraint(
+                fields=["job", "attempt", "node"], name="job_member_unique_node"
+            ),
+            models.CheckConstraint(
+                condition=Q(state__in=[s.value for s in MemberState]),
+                name="job_member_state_valid",
+            ),
+        ]
+        indexes = [models.Index(fields=["node", "state"])]
+
+    def __str__(self) -> str:
+        return f"job {self.job_id}.{self.attempt} rank {self.rank}"
 
 
 class ActorKind(models.TextChoices):

@@ -1,4 +1,5 @@
-"""GPU hosts and their GPUs. Which GPU is busy is derived from running jobs."""
+"""GPU hosts and their GPUs. Which GPU, CPU core or megabyte of host memory is busy is
+derived from assigned/running jobs (their members) and from stopping attempts' holds."""
 
 from __future__ import annotations
 
@@ -35,6 +36,16 @@ class Node(models.Model):
     # half (`manage.py add_node NAME` prints it once) and signs every message with it; the
     # control side refuses a message its public key does not verify (workers/wire.py).
     public_key = models.CharField(max_length=64, blank=True, editable=False)
+    # What the agent offers jobs of its host, as it registers (None: an agent that does not
+    # say; then CPUs and memory limit nothing on this node).
+    cpus = models.PositiveIntegerField(null=True, blank=True, editable=False)
+    memory_mb = models.PositiveIntegerField(null=True, blank=True, editable=False)
+    # How the members of a multi-node job reach this host (MASTER_ADDR, FLEET_NODELIST).
+    address = models.CharField(max_length=255, blank=True, editable=False)
+    # Topology group (rack, switch): a gang prefers, or requires, members in one group.
+    group = models.CharField(max_length=100, blank=True, editable=False)
+    # "cgroup-v2" when the agent confines each job's CPUs and memory; otherwise "none: why".
+    resource_enforcement = models.CharField(max_length=300, blank=True, editable=False)
     created_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
@@ -79,12 +90,18 @@ class GpuRelease(models.Model):
     gpus = models.PositiveSmallIntegerField()
     gpu_memory_mb = models.PositiveIntegerField(null=True, blank=True)
     gpu_compute_percent = models.PositiveSmallIntegerField(null=True, blank=True)
+    # Host CPUs and memory the attempt's member on this node still holds.
+    cpus = models.PositiveIntegerField(default=0)
+    memory_mb = models.PositiveIntegerField(default=0)
     created_at = models.DateTimeField(auto_now_add=True)
     expires_at = models.DateTimeField()
 
     class Meta:
         constraints = [
-            models.UniqueConstraint(fields=["job", "attempt"], name="gpu_release_one_per_attempt")
+            # One hold per member: a multi-node attempt holds GPUs on each of its nodes.
+            models.UniqueConstraint(
+                fields=["job", "attempt", "node"], name="gpu_release_one_per_member"
+            )
         ]
         indexes = [models.Index(fields=["expires_at"])]
 

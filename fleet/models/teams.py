@@ -31,6 +31,14 @@ class Team(models.Model):
     )
     default_time_limit = models.PositiveIntegerField(default=4 * 3600, help_text="Seconds.")
     max_time_limit = models.PositiveIntegerField(default=7 * DAY, help_text="Seconds.")
+    cpus_per_gpu = models.PositiveIntegerField(
+        default=0,
+        help_text="Host CPU cores a job gets per GPU on each node when it does not ask. 0: none.",
+    )
+    memory_mb_per_gpu = models.PositiveIntegerField(
+        default=0,
+        help_text="Host memory (MB) a job gets per GPU on each node when it does not ask. 0: none.",
+    )
 
     class Meta:
         ordering = ["slug"]

@@ -70,6 +70,8 @@ class JobLogChunk(models.Model):
 
     job = models.ForeignKey(Job, on_delete=models.CASCADE, related_name="log_chunks")
     attempt = models.PositiveIntegerField()
+    # The member that wrote it (0 for a single-node job).
+    rank = models.PositiveSmallIntegerField(default=0)
     offset = models.BigIntegerField()
     end = models.BigIntegerField(help_text="offset + the chunk's length in bytes")
     data = models.BinaryField()
@@ -77,12 +79,12 @@ class JobLogChunk(models.Model):
     received_at = models.DateTimeField(auto_now_add=True)
 
     class Meta:
-        ordering = ["job", "attempt", "offset"]
+        ordering = ["job", "attempt", "rank", "offset"]
         constraints = [
             models.UniqueConstraint(
-                fields=["job", "attempt", "offset"], name="job_log_chunk_unique"
+                fields=["job", "attempt", "rank", "offset"], name="job_log_chunk_unique_rank"
             )
         ]
 
     def __str__(self) -> str:
-        return f"job {self.job_id}.{self.attempt} log at {self.offset}"
+        return f"job {self.job_id}.{self.attempt} rank {self.rank} log at {self.offset}"
