@@ -2,7 +2,7 @@ from django.contrib.auth.decorators import login_required
 from django.urls import path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
-from fleet.api import jobs, logs, me, nodes, teams, telemetry
+from fleet.api import jobs, logs, me, nodes, teams, telemetry, usage
 from scheduler.api import estimate, queue
 from scheduler.api import settings as scheduler_settings
 
@@ -27,6 +27,7 @@ urlpatterns = [
     path("teams/<slug:slug>/", teams.TeamDetailApi.as_view(), name="team-detail"),
     path("queue/", queue.QueueApi.as_view(), name="queue"),
     path("scheduler/", scheduler_settings.SchedulerSettingsApi.as_view(), name="scheduler"),
+    path("usage/", usage.UsageApi.as_view(), name="usage"),
     path("me/", me.MeApi.as_view(), name="me"),
     path("tokens/", me.TokenApi.as_view(), name="tokens"),
     path("schema/", SpectacularAPIView.as_view(), name="schema"),

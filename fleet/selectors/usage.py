@@ -1,27 +1,60 @@
-"""GPU-hours per team and per user over a period, from jobs' start and finish times.
+"""GPU time per attempt, per team and per user over a period, from the job event history.
 
-A job counts from `started_at` to `finished_at` (or `now` while it runs), clipped to the
-period, times the GPUs it holds: whole GPUs count as themselves, a fractional job as its
-compute share of one GPU. Jobs that never started count nothing.
+Every attempt counts: an attempt runs from its transition to running until its transition
+out of running (success, failure, timeout, cancel, requeue, preemption, loss), or until
+`now` while it still runs. A requeue or preemption therefore ends one attempt and a later
+dispatch starts another; both are counted. Whole GPUs count as themselves, a fractional job
+as its compute share of one GPU. Each interval is clipped to the period and attributed to
+the job's owner and team.
+
+Jobs with no event history of running (rows written before events existed, or imported)
+fall back to their `started_at`/`finished_at` columns, which hold the last attempt only.
 """
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
-from django.db.models import Q
+from django.db.models import Exists, OuterRef, Q
 
-from fleet.models import Job, Team
+from fleet.models import Job, JobEvent, JobState, Team
 from fleet.models.jobs import ACTIVE_STATES
+
+RUNNING = JobState.RUNNING
+
+
+@dataclass(frozen=True)
+class Attempt:
+    """One attempt's time on its GPUs inside the period (start and end already clipped)."""
+
+    job_id: int
+    job_name: str
+    team: str
+    user: str
+    attempt: int
+    state: str  # what the attempt became when it left running; "running" while it runs
+    start: datetime
+    end: datetime
+    gpus: float
+
+    @property
+    def seconds(self) -> float:
+        return max(0.0, (self.end - self.start).total_seconds())
+
+    @property
+    def gpu_seconds(self) -> float:
+        return self.seconds * self.gpus
 
 
 @dataclass
 class Usage:
     since: datetime
     until: datetime
-    by_team: dict[str, float] = field(default_factory=dict)
+    attempts: list[Attempt] = field(default_factory=list)
+    by_team: dict[str, float] = field(default_factory=dict)  # GPU-hours
     by_user: dict[tuple[str, str], float] = field(default_factory=dict)  # (team, user)
 
     @property
@@ -39,28 +72,122 @@ def gpu_share(gpus: int, compute_percent: int | None) -> float:
     return (compute_percent or 0) / 100
 
 
-def gpu_hours(*, since: datetime, until: datetime, now: datetime) -> Usage:
-    """GPU-hours used in [since, until) by team slug and by (team slug, user name)."""
-    usage = Usage(since=since, until=until)
-    end_cap = min(until, now)
-    jobs = Job.objects.filter(started_at__isnull=False, started_at__lt=until).filter(
-        Q(finished_at__isnull=True) | Q(finished_at__gt=since)
+@dataclass
+class _JobInfo:
+    name: str
+    team: str
+    user: str
+    share: float
+    state: str
+
+
+def _job_info(job_ids: Iterable[int]) -> dict[int, _JobInfo]:
+    rows = Job.objects.filter(id__in=list(job_ids)).values_list(
+        "id", "name", "team__slug", "owner__username", "gpus", "gpu_compute_percent", "state"
     )
+    return {
+        pk: _JobInfo(name, team, user, gpu_share(gpus, percent), state)
+        for pk, name, team, user, gpus, percent, state in rows
+    }
+
+
+def _event_attempts(
+    *, since: datetime, until: datetime, end_cap: datetime, team_ids: set[int] | None
+) -> list[Attempt]:
+    # Jobs with an interval that may overlap the period: one that left running after
+    # `since`, or one running now. Their running events before `until` give the intervals.
+    left_after = JobEvent.objects.filter(applied=True, from_state=RUNNING, at__gt=since).exclude(
+        to_state=RUNNING
+    )
+    jobs = Job.objects.filter(Q(state=RUNNING) | Q(id__in=left_after.values("job_id")))
+    if team_ids is not None:
+        jobs = jobs.filter(team_id__in=team_ids)
+    events = (
+        JobEvent.objects.filter(applied=True, at__lt=until, job_id__in=jobs.values("id"))
+        .filter(Q(to_state=RUNNING) | Q(from_state=RUNNING))
+        .order_by("job_id", "id")
+        .values_list("job_id", "from_state", "to_state", "attempt", "at")
+    )
+    # (job, attempt) -> start of the open interval
+    intervals: list[tuple[int, int, str, datetime, datetime]] = []
+    open_: dict[int, tuple[int, datetime]] = {}
+    for job_id, from_state, to_state, attempt, at in events.iterator(chunk_size=2000):
+        if to_state == RUNNING and from_state != RUNNING:
+            open_[job_id] = (attempt, at)
+        elif from_state == RUNNING and to_state != RUNNING and job_id in open_:
+            run_attempt, started = open_.pop(job_id)
+            intervals.append((job_id, run_attempt, to_state, started, at))
+    for job_id, (run_attempt, started) in open_.items():
+        # Still running at `until` (or now): count up to the end of what has happened.
+        intervals.append((job_id, run_attempt, RUNNING, started, end_cap))
+    info = _job_info({i[0] for i in intervals})
+    out = []
+    for job_id, run_attempt, outcome, started, ended in intervals:
+        start, end = max(started, since), min(ended, end_cap)
+        if end <= start:
+            continue
+        job = info[job_id]
+        out.append(
+            Attempt(
+                job_id, job.name, job.team, job.user, run_attempt, outcome, start, end, job.share
+            )
+        )
+    return out
+
+
+def _column_attempts(
+    *, since: datetime, until: datetime, end_cap: datetime, team_ids: set[int] | None
+) -> list[Attempt]:
+    """Jobs without any running event: their last attempt from the job's own columns."""
+    has_run_event = JobEvent.objects.filter(job=OuterRef("pk"), to_state=RUNNING, applied=True)
+    jobs = (
+        Job.objects.filter(started_at__isnull=False, started_at__lt=until)
+        .filter(Q(finished_at__isnull=True) | Q(finished_at__gt=since))
+        .filter(~Exists(has_run_event))
+    )
+    if team_ids is not None:
+        jobs = jobs.filter(team_id__in=team_ids)
     rows = jobs.values_list(
-        "team__slug", "owner__username", "gpus", "gpu_compute_percent", "started_at",
-        "finished_at", "state",
+        "id", "name", "team__slug", "owner__username", "gpus", "gpu_compute_percent",
+        "started_at", "finished_at", "state", "attempt",
     )  # fmt: skip
-    for team, user, gpus, percent, started, finished, state in rows:
-        if started is None or (finished is None and state not in ACTIVE_STATES):
+    out = []
+    for pk, name, team, user, gpus, percent, started, finished, state, attempt in rows:
+        if started is None:
+            continue
+        if finished is None and state not in ACTIVE_STATES:
             continue  # lost or requeued without a finish time: nothing to count on
         start = max(started, since)
         end = min(finished or end_cap, end_cap)
-        seconds = (end - start).total_seconds()
-        if seconds <= 0:
+        if end <= start:
             continue
-        hours = seconds / 3600 * gpu_share(gpus, percent)
-        usage.by_team[team] = usage.by_team.get(team, 0.0) + hours
-        usage.by_user[(team, user)] = usage.by_user.get((team, user), 0.0) + hours
+        share = gpu_share(gpus, percent)
+        out.append(Attempt(pk, name, team, user, attempt, state, start, end, share))
+    return out
+
+
+def gpu_hours(
+    *, since: datetime, until: datetime, now: datetime, team_ids: set[int] | None = None
+) -> Usage:
+    """GPU time used in [since, until): every attempt, and GPU-hours by team slug and by
+    (team slug, user name). `team_ids` limits it to those teams (None: every team)."""
+    usage = Usage(since=since, until=until)
+    end_cap = min(until, now)
+    if end_cap <= since:
+        return usage
+    kwargs: dict[str, Any] = {
+        "since": since,
+        "until": until,
+        "end_cap": end_cap,
+        "team_ids": team_ids,
+    }
+    attempts = _event_attempts(**kwargs) + _column_attempts(**kwargs)
+    attempts.sort(key=lambda a: (a.start, a.job_id, a.attempt))
+    usage.attempts = attempts
+    for a in attempts:
+        hours = a.gpu_seconds / 3600
+        usage.by_team[a.team] = usage.by_team.get(a.team, 0.0) + hours
+        usage.by_user[(a.team, a.user)] = usage.by_user.get((a.team, a.user), 0.0) + hours
     return usage
 
 
