@@ -26,8 +26,10 @@ from typing import Any
 from workers import tasks
 from workers.celery_app import broker_url, configure, control_queue, node_queue
 from workers.executor.accounts import JobAccounts
+from workers.executor.cgroups import probe
 from workers.fence import broker_client, fenced
 from workers.gpu import select_backend
+from workers.host import host_shape
 from workers.lease import DEFAULT_LEASE_S
 from workers.logship import DEFAULT_MAX_BYTES
 from workers.runtime import Agent, AgentConfig
@@ -71,6 +73,24 @@ def _job_settings() -> dict[str, Any]:
         "job_env_allow": tuple(name.strip() for name in allow.split(",") if name.strip()),
         "scratch_dir": Path(scratch).resolve() if scratch else None,
     }
+
+
+def _host_settings(args: argparse.Namespace) -> dict[str, Any]:
+    """What the host offers jobs (FLEET_NODE_CPUS, FLEET_NODE_MEMORY_MB, FLEET_NODE_ADDRESS,
+    FLEET_NODE_GROUP; see workers.host) and how jobs are confined (FLEET_CGROUP_ROOT; see
+    workers.executor.cgroups)."""
+    try:
+        shape = host_shape(os.environ, simulated=bool(args.simulate))
+    except ValueError as exc:
+        sys.exit(str(exc))
+    enforcement = probe(args.node, os.environ.get("FLEET_CGROUP_ROOT", "").strip() or None)
+    if enforcement.enforced:
+        logger.info("jobs are confined to their CPUs and memory in cgroups under %s",
+                    enforcement.root)  # fmt: skip
+    else:
+        logger.warning("jobs are not confined to their CPUs and memory: %s",
+                       enforcement.note.removeprefix("none: "))  # fmt: skip
+    return {"host": shape, "enforcement": enforcement}
 
 
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
@@ -137,6 +157,7 @@ def build_agent(args: argparse.Namespace) -> Agent:
         lease_seconds=_number("FLEET_LEASE_S", DEFAULT_LEASE_S),
         version=_version(),
         **_job_settings(),
+        **_host_settings(args),
     )
     backend = select_backend(args.simulate, node_name=args.node)
     queue = control_queue()

@@ -5,7 +5,8 @@ new in each running attempt's file every few seconds, at most `chunk_bytes` per 
 and `max_bytes` per attempt, and a last chunk with `eof` once the attempt has ended.
 Chunks end on UTF-8 character boundaries (except the last), so every chunk decodes on its
 own. Offsets already shipped are kept in a file, so a restarted agent goes on where it
-stopped instead of sending everything again.
+stopped instead of sending everything again. Each chunk names the member's `rank` in its
+job (0 for a single-node job), so the control side keeps one log per member of a gang.
 """
 
 from __future__ import annotations
@@ -39,7 +40,7 @@ def utf8_safe_end(data: bytes) -> int:
 
 
 class LogShipper:
-    """`send(job_id=, attempt=, offset=, data=<base64>, eof=)` is called for each chunk and
+    """`send(job_id=, attempt=, rank=, offset=, data=<base64>, eof=)` is called for each chunk and
     may raise (the broker is down): the same bytes are offered again on the next call."""
 
     def __init__(
@@ -56,6 +57,7 @@ class LogShipper:
         self.chunk_bytes = chunk_bytes
         self._lock = threading.RLock()
         self._paths: dict[JobKey, str] = {}
+        self._ranks: dict[JobKey, int] = {}
         self._offsets: dict[JobKey, int] = self._load()
 
     def _load(self) -> dict[JobKey, int]:
@@ -70,13 +72,15 @@ class LogShipper:
         tmp.write_text(json.dumps([[k[0], k[1], off] for k, off in self._offsets.items()]))
         os.replace(tmp, self.state_file)
 
-    def watch(self, key: JobKey, log_path: str, *, fresh: bool = False) -> None:
+    def watch(self, key: JobKey, log_path: str, *, fresh: bool = False, rank: int = 0) -> None:
         """Follow an attempt's log file. `fresh`: a new start, shipped from its first byte
-        (an adopted attempt resumes from the offset saved before the agent restarted)."""
+        (an adopted attempt resumes from the offset saved before the agent restarted).
+        `rank`: this member's rank in its job."""
         with self._lock:
             if fresh or self._paths.get(key) not in (None, log_path):
                 self._offsets[key] = 0
             self._paths[key] = log_path
+            self._ranks[key] = int(rank)
             self._offsets.setdefault(key, 0)
 
     def ship(self, key: JobKey | None = None) -> int:
@@ -95,8 +99,16 @@ class LogShipper:
             if key not in self._paths:
                 return
             self._ship_one(key, final=True)
-            self.send(job_id=key[0], attempt=key[1], offset=self._offsets[key], data="", eof=True)
+            self.send(
+                job_id=key[0],
+                attempt=key[1],
+                rank=self._ranks.get(key, 0),
+                offset=self._offsets[key],
+                data="",
+                eof=True,
+            )
             del self._paths[key]
+            self._ranks.pop(key, None)
             self._offsets.pop(key, None)
             self._save()
 
@@ -115,6 +127,7 @@ class LogShipper:
             self.send(
                 job_id=key[0],
                 attempt=key[1],
+                rank=self._ranks.get(key, 0),
                 offset=offset,
                 data=base64.b64encode(data).decode(),
                 eof=False,

@@ -20,9 +20,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from workers.executor import Executor, ExecutorError, JobKey, JobSpec, Supervisor
+from workers.executor import Executor, ExecutorError, JobKey, Supervisor
 from workers.executor.accounts import JobAccounts
+from workers.executor.cgroups import Enforcement
 from workers.executor.launcher import private_dir
+from workers.executor.spec import spec_from_start
+from workers.host import HostShape
 from workers.lease import DEFAULT_LEASE_S, Lease
 from workers.logship import DEFAULT_MAX_BYTES, LogShipper
 from workers.outcomes import OutcomeStore
@@ -55,6 +58,12 @@ class AgentConfig:
     job_env_allow: tuple[str, ...] = ()
     scratch_dir: Path | None = None  # default: `scratch` beside state_dir
     lease_seconds: float = DEFAULT_LEASE_S
+    # What the host offers jobs (workers.host; None: registrations carry no `host`) and how
+    # jobs are held to what they ask (workers.executor.cgroups).
+    host: HostShape | None = None
+    enforcement: Enforcement = field(
+        default_factory=lambda: Enforcement(note="none: the agent was not asked to confine jobs")
+    )
 
 
 class Agent:
@@ -88,6 +97,7 @@ class Agent:
             accounts=config.job_accounts,
             scratch_dir=config.scratch_dir or state.parent / "scratch",
             gpu_backend=backend,
+            enforcement=config.enforcement,
             clock=clock,
         )
         accounts = config.job_accounts
@@ -119,7 +129,7 @@ class Agent:
         self._started = self._load_started()
         self._lock = threading.RLock()
         for key, handle in self.executor.handles.items():
-            self.logs.watch(key, handle.spec.log_path)
+            self.logs.watch(key, handle.spec.log_path, rank=handle.spec.rank)
 
     # -- commands from the control side -----------------------------------------------------
 
@@ -160,32 +170,33 @@ class Agent:
             # One file per dispatch: a reused job id and attempt never appends to old output.
             dispatch = spec.get("dispatch")
             log_name = f"{job_id}.{attempt}" + (f"-{dispatch}" if dispatch else "") + ".log"
-            job = JobSpec(
-                job_id=job_id,
-                attempt=int(attempt),
-                command=str(spec["command"]),
-                log_path=str(self.config.state_dir / "logs" / log_name),
-                env={str(k): str(v) for k, v in (spec.get("env") or {}).items()},
-                workdir=spec.get("workdir") or None,
-                gpu_indices=tuple(int(i) for i in spec.get("gpu_indices") or ()),
-                time_limit=spec.get("time_limit") or None,
-                gpu_memory_mb=spec.get("gpu_memory_mb"),
-                gpu_compute_percent=spec.get("gpu_compute_percent"),
-                grace=float(spec.get("grace") or self.config.job_grace),
-                user=spec.get("user") or None,
-                team=spec.get("team") or None,
-            )
+            try:
+                job = spec_from_start(
+                    job_id,
+                    int(attempt),
+                    spec,
+                    log_path=str(self.config.state_dir / "logs" / log_name),
+                    default_grace=self.config.job_grace,
+                )
+            except ExecutorError as exc:
+                # Refused whole: nothing of it is started, watched or kept.
+                self._refuse(job_id, int(attempt), f"refused a malformed start: {exc}")
+                return None
             try:
                 pid = self.supervisor.start(job)
             except ExecutorError as exc:
-                logger.warning("%s", exc)
-                self._report(
-                    {"job_id": job_id, "attempt": int(attempt), "state": "failed",
-                     "pid": None, "exit_code": None, "reason": str(exc), "at": self.clock()}
-                )  # fmt: skip
+                self._refuse(job_id, int(attempt), str(exc))
                 return None
-            self.logs.watch(key, job.log_path, fresh=True)
+            self.logs.watch(key, job.log_path, fresh=True, rank=job.rank)
             return pid
+
+    def _refuse(self, job_id: Any, attempt: int, reason: str) -> None:
+        """The attempt cannot start here: say why in the log and report it failed."""
+        logger.warning("job %s attempt %s: %s", job_id, attempt, reason)
+        self._report(
+            {"job_id": job_id, "attempt": attempt, "state": "failed", "pid": None,
+             "exit_code": None, "reason": reason, "at": self.clock()}
+        )  # fmt: skip
 
     def stop_job(self, job_id: Any, attempt: int, reason: str = "") -> bool:
         stopping = self.supervisor.cancel(job_id, int(attempt))
@@ -242,8 +253,12 @@ class Agent:
         ]
 
     def register(self) -> None:
+        host = {}
+        if self.config.host is not None:
+            host["host"] = self.config.host.message(self.config.enforcement.note)
         self.send(
             REGISTER_TASK,
+            **host,
             backend=getattr(self.backend, "backend_name", ""),
             agent_version=self.config.version,
             gpus=[g.to_dict() for g in self.backend.inventory()],

@@ -35,6 +35,7 @@ from typing import Any
 import psutil
 
 from workers.executor.accounts import Account, JobAccounts, own_account
+from workers.executor.cgroups import Enforcement, job_cgroup_create, job_cgroup_remove
 from workers.executor.spec import (
     ExecutorError,
     JobKey,
@@ -62,6 +63,7 @@ class Handle:
     shim_create_time: float | None = None
     shim: subprocess.Popen[bytes] | None = None  # None for attempts adopted after a restart
     scratch: str | None = None  # the per-attempt working directory fleet made, if any
+    cgroup: str | None = None  # the attempt's own cgroup (workers.executor.cgroups), if any
 
     @property
     def pgid(self) -> int:
@@ -96,7 +98,9 @@ class Executor:
     (default: os.environ) is filtered through the allow-list plus `env_allow`;
     `scratch_dir` (default: `scratch` beside `state_dir`) holds the working directories of
     jobs that name none. `lease_path` names the agent's lease file (workers.lease): each
-    job's shim stops the job when the lease runs out.
+    job's shim stops the job when the lease runs out. `enforcement`
+    (workers.executor.cgroups) says whether each attempt gets its own cgroup holding it to
+    its CPUs and memory.
     """
 
     def __init__(
@@ -109,6 +113,7 @@ class Executor:
         scratch_dir: str | os.PathLike[str] | None = None,
         gpu_backend: Any = None,
         lease_path: str | os.PathLike[str] | None = None,
+        enforcement: Enforcement | None = None,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.state_dir = Path(state_dir)
@@ -119,6 +124,7 @@ class Executor:
         self.env_allow = env_allow
         self.accounts = accounts or JobAccounts()
         self.gpu_backend = gpu_backend
+        self.enforcement = enforcement or Enforcement(note="none: not asked to confine jobs")
         self.clock = clock
         self.handles: dict[JobKey, Handle] = {}
         self._adopt()
@@ -152,6 +158,7 @@ class Executor:
             shutil.rmtree(attempt_dir)
         attempt_dir.mkdir(mode=0o700, parents=True)
         scratch = None if spec.workdir else self._make_scratch(spec, account)
+        cgroup = self._make_cgroup(spec, scratch)
         identity = account or own_account()
         launch = {
             "command": spec.command,
@@ -170,6 +177,8 @@ class Executor:
             "account_name": account_name,
             "lease_path": self.lease_path,
             "grace": spec.grace,
+            "cgroup": cgroup,
+            "cgroup_mount": str(self.enforcement.mount) if cgroup else None,
         }
         fd = os.open(attempt_dir / "launch.json", os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
         with os.fdopen(fd, "w") as fh:
@@ -197,6 +206,7 @@ class Executor:
                 attempt_dir=str(attempt_dir),
                 shim_create_time=_create_time(shim.pid),
                 scratch=scratch,
+                cgroup=cgroup,
             )
         )
         line = self._first_line(shim)
@@ -205,6 +215,8 @@ class Executor:
             shutil.rmtree(attempt_dir, ignore_errors=True)
             if scratch:
                 shutil.rmtree(scratch, ignore_errors=True)
+            if cgroup:
+                job_cgroup_remove(cgroup)
             detail = line.removeprefix("error ").strip() or "the launcher exited without a pid"
             raise ExecutorError(f"cannot start job {spec.job_id}: {detail}")
         pid = int(line.split()[1])
@@ -217,6 +229,7 @@ class Executor:
             shim_create_time=_create_time(shim.pid),
             shim=shim,
             scratch=scratch,
+            cgroup=cgroup,
         )
         self._write_record(handle)
         self.handles[spec.key] = handle
@@ -239,6 +252,26 @@ class Executor:
                 f"{self.scratch_dir}: {exc}"
             ) from exc
         return path
+
+    def _make_cgroup(self, spec: JobSpec, scratch: str | None) -> str | None:
+        """The attempt's own cgroup with its CPU and memory limits, where the agent confines
+        jobs; None where it does not (the job then runs unconfined)."""
+        root = self.enforcement.root
+        if root is None:
+            return None
+        try:
+            return str(
+                job_cgroup_create(
+                    root, _dir_name(spec.key), cpus=spec.cpus, memory_mb=spec.memory_mb
+                )
+            )
+        except OSError as exc:
+            if scratch:
+                shutil.rmtree(scratch, ignore_errors=True)
+            raise ExecutorError(
+                f"cannot start job {spec.job_id}: cannot make its cgroup under {root}: "
+                f"{exc.strerror or exc}"
+            ) from exc
 
     def _simulate_load(self, handle: Handle) -> None:
         if not hasattr(self.gpu_backend, "register_job_process"):
@@ -282,6 +315,7 @@ class Executor:
             "shim_create_time": handle.shim_create_time,
             "started_at": handle.started_at,
             "scratch": handle.scratch,
+            "cgroup": handle.cgroup,
         }
         path = Path(handle.attempt_dir) / "record.json"
         tmp = path.with_suffix(".tmp")
@@ -292,9 +326,7 @@ class Executor:
         for record_path in sorted(self.state_dir.glob("*/record.json")):
             try:
                 record = json.loads(record_path.read_text())
-                raw = record["spec"]
-                raw["gpu_indices"] = tuple(raw["gpu_indices"])
-                spec = JobSpec(**raw)
+                spec = JobSpec.from_record(record["spec"])
             except (OSError, ValueError, KeyError, TypeError) as exc:
                 logger.warning("ignoring unreadable attempt record %s: %s", record_path, exc)
                 continue
@@ -310,6 +342,7 @@ class Executor:
                 attempt_dir=str(record_path.parent),
                 shim_create_time=record.get("shim_create_time"),
                 scratch=record.get("scratch"),
+                cgroup=record.get("cgroup"),
             )
             self.handles[spec.key] = handle
             if self.exit_status(spec.key) is None:
@@ -326,6 +359,8 @@ class Executor:
             except ProcessLookupError:
                 pass
         logger.warning("dropped attempt %s: its job never started", attempt_dir.name)
+        if record.get("cgroup"):
+            job_cgroup_remove(record["cgroup"])
         shutil.rmtree(attempt_dir, ignore_errors=True)
 
     # -- state ------------------------------------------------------------------------------
@@ -396,6 +431,8 @@ class Executor:
                 handle.shim.wait(timeout=5)
             except subprocess.TimeoutExpired:
                 logger.warning("shim %s of job %s did not exit", handle.shim_pid, key)
+        if handle.cgroup:
+            job_cgroup_remove(handle.cgroup)
         shutil.rmtree(handle.attempt_dir, ignore_errors=True)
         if handle.scratch:
             shutil.rmtree(handle.scratch, ignore_errors=True)

@@ -14,6 +14,11 @@ agent's account, so it can write the log and status files the job cannot read), 
   over; leftovers would keep holding GPUs), waits for the group to vanish, and writes
   ATTEMPT_DIR/status.json: {"returncode": N}, negative for a signal, as in subprocess.
 
+Where the agent confines jobs (workers.executor.cgroups), launch.json names the attempt's
+cgroup: the shim joins it before it starts the job, so the job and all it starts are in it
+from the first instruction, and goes back to its own cgroup right after, so the job's
+limits never count against or kill the shim.
+
 Because the shim, not the agent, holds the pipe and the exit status, an agent restart
 neither kills the job (no SIGPIPE on its output) nor loses how it ended.
 
@@ -166,6 +171,28 @@ def _signal_group(pgid: int, sig: signal.Signals) -> None:
         pass
 
 
+def _own_cgroup(mount: str) -> str | None:
+    """The cgroup v2 directory this process is in, under `mount`."""
+    try:
+        with open("/proc/self/cgroup") as fh:
+            for line in fh:
+                if line.startswith("0::"):
+                    return os.path.join(mount, line[3:].strip().lstrip("/"))
+    except OSError:
+        pass
+    return None
+
+
+def _join_cgroup(path: str) -> str | None:
+    """Move this process into the cgroup at `path`; an error message, or None."""
+    try:
+        with open(os.path.join(path, "cgroup.procs"), "w") as fh:
+            fh.write(str(os.getpid()))
+    except OSError as exc:
+        return f"cannot join its cgroup {path}: {exc.strerror or exc}"
+    return None
+
+
 def _tell_agent(line: str) -> None:
     """Say one line to the agent that started the shim. The agent may have died meanwhile
     (its end of the pipe is closed): the job then runs on unheard, still supervised here,
@@ -188,6 +215,13 @@ def main(attempt_dir: str) -> int:
     if error:
         _tell_agent(f"error {error}")
         return 2
+    cgroup, home = launch.get("cgroup"), None
+    if cgroup:
+        home = _own_cgroup(launch.get("cgroup_mount") or "/sys/fs/cgroup")
+        error = _join_cgroup(cgroup)
+        if error:
+            _tell_agent(f"error {error}")
+            return 2
     as_account = (
         {"user": account["uid"], "group": account["gid"], "extra_groups": account["groups"]}
         if account
@@ -212,6 +246,8 @@ def main(attempt_dir: str) -> int:
         _tell_agent(f"error {exc}")
         return 2
     os.close(write_fd)
+    if home:
+        _join_cgroup(home)  # failing that, the shim stays beside its job and still reports
     # For an agent that dies before it hears the pid: its successor adopts the job from here.
     pid_path = os.path.join(attempt_dir, "job.pid")
     with open(pid_path + ".tmp", "w") as fh:

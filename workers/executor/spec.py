@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -17,13 +18,92 @@ class ExecutorError(RuntimeError):
     """A job could not be started (bad working directory, bad declared load, ...)."""
 
 
+MAX_NODES = 4096
+# A host name, an IPv4 address or an IPv6 address (brackets allowed): what torchrun and NCCL
+# take as MASTER_ADDR. No spaces or commas, so FLEET_NODELIST splits back into the hosts.
+_ADDRESS = re.compile(r"^[A-Za-z0-9._:%\[\]-]{1,253}$")
+
+
+def _whole(raw: Mapping[str, Any], name: str, low: int, high: int, what: str) -> int:
+    if name not in raw:
+        raise ExecutorError(f"{what} lacks {name!r}")
+    value = raw[name]
+    if isinstance(value, bool) or not isinstance(value, int) or not low <= value <= high:
+        raise ExecutorError(
+            f"{what} has {name}={value!r}; it must be a whole number from {low} to {high}"
+        )
+    return value
+
+
+def check_address(value: Any, what: str) -> str:
+    if not isinstance(value, str) or not _ADDRESS.match(value):
+        raise ExecutorError(
+            f"{what} {value!r} is not a host name or IP address (letters, digits, '.', ':', "
+            "'-', '_' only)"
+        )
+    return value
+
+
+@dataclass(frozen=True, slots=True)
+class Rendezvous:
+    """Where the members of one job find each other (the control side's start message).
+
+    `rank` is this member's place among `nnodes` members, `hosts` the address of each
+    member's node in rank order (`hosts[0]` is `master_addr`, where rank 0 listens on
+    `master_port`), `gpus_per_node` the GPUs each member has and `world_size` the GPUs of the
+    whole job (1 for a fraction of a GPU). A single-node job is one member of rank 0.
+    """
+
+    rank: int
+    nnodes: int
+    gpus_per_node: int
+    world_size: int
+    master_addr: str
+    master_port: int
+    hosts: tuple[str, ...]
+
+    @classmethod
+    def parse(cls, raw: Any) -> Rendezvous:
+        """Check every field of the start message's `rendezvous`; ExecutorError names the
+        first that is wrong."""
+        what = "the rendezvous"
+        if not isinstance(raw, Mapping):
+            raise ExecutorError(f"{what} is {type(raw).__name__}, not an object")
+        nnodes = _whole(raw, "nnodes", 1, MAX_NODES, what)
+        rank = _whole(raw, "rank", 0, nnodes - 1, what)
+        gpus_per_node = _whole(raw, "gpus_per_node", 0, 1024, what)
+        world_size = _whole(raw, "world_size", 1, MAX_NODES * 1024, what)
+        if nnodes > 1 and gpus_per_node and world_size != nnodes * gpus_per_node:
+            raise ExecutorError(
+                f"{what} has world_size={world_size}, but {nnodes} nodes of {gpus_per_node} "
+                f"GPUs make {nnodes * gpus_per_node}"
+            )
+        master_addr = check_address(raw.get("master_addr"), "its master_addr")
+        master_port = _whole(raw, "master_port", 1, 65535, what)
+        hosts = raw.get("hosts")
+        if not isinstance(hosts, list | tuple) or len(hosts) != nnodes:
+            raise ExecutorError(
+                f"{what} has hosts={hosts!r}; it must list the {nnodes} member nodes' "
+                "addresses in rank order"
+            )
+        hosts = tuple(check_address(h, "its host") for h in hosts)
+        if hosts[0] != master_addr:
+            raise ExecutorError(
+                f"{what} has master_addr={master_addr!r} but rank 0's host is {hosts[0]!r}"
+            )
+        return cls(rank, nnodes, gpus_per_node, world_size, master_addr, master_port, hosts)
+
+
 @dataclass(frozen=True, slots=True)
 class JobSpec:
     """One attempt of one job.
 
     `command` is a shell string run with `/bin/sh -c`. `gpu_indices` are NVML indices on
     this host. A fractional job has one index and `gpu_memory_mb` / `gpu_compute_percent`;
-    its measured GPU memory is enforced (see `Supervisor`). `time_limit` is in seconds
+    its measured GPU memory is enforced (see `Supervisor`). `cpus` and `memory_mb` are the
+    host CPUs and memory the job asked for (0: not asked), enforced where the agent confines
+    jobs (workers.executor.cgroups). `rendezvous` says how this member meets the job's other
+    members (None: a start from a control side that sends none). `time_limit` is in seconds
     (None: no limit). `grace` is the time between SIGTERM and SIGKILL when the job is
     stopped for any reason; the job sees it as FLEET_PREEMPT_GRACE. `log_path` receives
     stdout and stderr, capped at `log_cap_bytes`. `user` and `team` (the owner's username
@@ -44,6 +124,9 @@ class JobSpec:
     log_cap_bytes: int = DEFAULT_LOG_CAP_BYTES
     user: str | None = None
     team: str | None = None
+    cpus: int = 0
+    memory_mb: int = 0
+    rendezvous: Rendezvous | None = None
 
     @property
     def key(self) -> JobKey:
@@ -52,6 +135,90 @@ class JobSpec:
     @property
     def is_fractional(self) -> bool:
         return self.gpu_memory_mb is not None or self.gpu_compute_percent is not None
+
+    @property
+    def rank(self) -> int:
+        return self.rendezvous.rank if self.rendezvous else 0
+
+    @property
+    def local_world_size(self) -> int:
+        """GPUs of this member: the assigned GPUs, 1 for a fraction of one."""
+        if self.is_fractional:
+            return 1
+        if self.gpu_indices:
+            return len(self.gpu_indices)
+        return max(1, self.rendezvous.gpus_per_node if self.rendezvous else 1)
+
+    @classmethod
+    def from_record(cls, raw: dict[str, Any]) -> JobSpec:
+        """The spec as `dataclasses.asdict` saved it (an attempt record)."""
+        raw = dict(raw)
+        raw["gpu_indices"] = tuple(raw.get("gpu_indices") or ())
+        rendezvous = raw.get("rendezvous")
+        if rendezvous is not None:
+            raw["rendezvous"] = Rendezvous(**{**rendezvous, "hosts": tuple(rendezvous["hosts"])})
+        return cls(**raw)
+
+
+def _optional_number(spec: Mapping[str, Any], name: str, kind: type) -> Any:
+    value = spec.get(name)
+    if value is None:
+        return None
+    if isinstance(value, bool) or not isinstance(value, int | float) or value < 0:
+        raise ExecutorError(f"{name}={value!r} is not a number of 0 or more")
+    return kind(value)
+
+
+def spec_from_start(
+    job_id: Any, attempt: int, spec: Mapping[str, Any], *, log_path: str, default_grace: float
+) -> JobSpec:
+    """The JobSpec of a start message's `spec`, every field checked first: ExecutorError
+    names what is wrong, and nothing is started on a spec that fails (never half-applied)."""
+    if not isinstance(spec.get("command"), str) or not spec["command"]:
+        raise ExecutorError("the start has no command")
+    env = spec.get("env") or {}
+    if not isinstance(env, Mapping):
+        raise ExecutorError(f"env is {type(env).__name__}, not an object")
+    indices = spec.get("gpu_indices") or ()
+    if not isinstance(indices, list | tuple) or not all(
+        isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in indices
+    ):
+        raise ExecutorError(f"gpu_indices={indices!r} is not a list of GPU indices")
+    what = "the start"
+    cpus = _whole(spec, "cpus", 0, 1 << 20, what) if "cpus" in spec else 0
+    memory_mb = _whole(spec, "memory_mb", 0, 1 << 40, what) if "memory_mb" in spec else 0
+    raw_rendezvous = spec.get("rendezvous")
+    rendezvous = None if raw_rendezvous is None else Rendezvous.parse(raw_rendezvous)
+    job = JobSpec(
+        job_id=job_id,
+        attempt=int(attempt),
+        command=spec["command"],
+        log_path=log_path,
+        env={str(k): str(v) for k, v in env.items()},
+        workdir=spec.get("workdir") or None,
+        gpu_indices=tuple(indices),
+        time_limit=_optional_number(spec, "time_limit", float) or None,
+        gpu_memory_mb=_optional_number(spec, "gpu_memory_mb", int),
+        gpu_compute_percent=_optional_number(spec, "gpu_compute_percent", int),
+        grace=_optional_number(spec, "grace", float) or default_grace,
+        user=spec.get("user") or None,
+        team=spec.get("team") or None,
+        cpus=cpus,
+        memory_mb=memory_mb,
+        rendezvous=rendezvous,
+    )
+    if (
+        rendezvous is not None
+        and rendezvous.gpus_per_node
+        and job.gpu_indices
+        and not job.is_fractional
+        and len(job.gpu_indices) != rendezvous.gpus_per_node
+    ):
+        raise ExecutorError(
+            f"the rendezvous gives each node {rendezvous.gpus_per_node} GPUs, but this "
+            f"member is assigned {len(job.gpu_indices)}"
+        )
+    return job
 
 
 # What a job may inherit from the agent's environment: where programs and libraries are,
@@ -76,6 +243,9 @@ NEVER_INHERITED = frozenset(
     {"REDIS_URL", "CELERY_BROKER_URL", "CELERY_RESULT_BACKEND", "DATABASE_URL", "SECRET_KEY"}
 )
 ACCOUNT_VARIABLES = ("HOME", "USER", "LOGNAME", "SHELL")
+# Fleet's own names for the rendezvous: a job's own values for them are always dropped.
+# MASTER_ADDR and the other torch names are fleet's only when the start has a rendezvous.
+RENDEZVOUS_VARIABLES = ("FLEET_NNODES", "FLEET_NODE_RANK", "FLEET_NODELIST")
 
 
 def _allowed(name: str, allow: Sequence[str]) -> bool:
@@ -109,6 +279,12 @@ def job_environment(
     3. the job's own variables;
     4. what fleet sets, so a job cannot pose as another job or widen its GPUs.
 
+    A job with a rendezvous gets what torchrun and torch.distributed read: MASTER_ADDR,
+    MASTER_PORT, WORLD_SIZE (GPUs of the whole job), NODE_RANK, LOCAL_WORLD_SIZE (GPUs of
+    this member), and FLEET_NNODES, FLEET_NODE_RANK, FLEET_NODELIST (the members' hosts in
+    rank order, comma-separated). FLEET_CPUS and FLEET_MEMORY_MB say what the job asked
+    for, when it did.
+
     CUDA_VISIBLE_DEVICES lists the assigned NVML indices, and CUDA_DEVICE_ORDER=PCI_BUS_ID
     makes CUDA number GPUs the way NVML and nvidia-smi do (CUDA's default order is
     fastest-first, which can differ). Indices rather than UUIDs keep the variable readable
@@ -127,8 +303,27 @@ def job_environment(
             "FLEET_PREEMPT_GRACE": f"{spec.grace:g}",
         }
     )
-    for name in ("FLEET_GPU_MEMORY_MB", "FLEET_GPU_COMPUTE_PERCENT"):
+    for name in ("FLEET_GPU_MEMORY_MB", "FLEET_GPU_COMPUTE_PERCENT", "FLEET_CPUS",
+                 "FLEET_MEMORY_MB", *RENDEZVOUS_VARIABLES):  # fmt: skip
         env.pop(name, None)
+    rdv = spec.rendezvous
+    if rdv is not None:
+        env.update(
+            {
+                "MASTER_ADDR": rdv.master_addr,
+                "MASTER_PORT": str(rdv.master_port),
+                "WORLD_SIZE": str(rdv.world_size),
+                "NODE_RANK": str(rdv.rank),
+                "LOCAL_WORLD_SIZE": str(spec.local_world_size),
+                "FLEET_NNODES": str(rdv.nnodes),
+                "FLEET_NODE_RANK": str(rdv.rank),
+                "FLEET_NODELIST": ",".join(rdv.hosts),
+            }
+        )
+    if spec.cpus:
+        env["FLEET_CPUS"] = str(spec.cpus)
+    if spec.memory_mb:
+        env["FLEET_MEMORY_MB"] = str(spec.memory_mb)
     if spec.gpu_memory_mb is not None:
         env["FLEET_GPU_MEMORY_MB"] = str(spec.gpu_memory_mb)
     if spec.gpu_compute_percent is not None:
