@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Run the whole fleet stack on one machine: web, control worker, beat and two simulated GPU
+# Run the whole fleet stack on one machine: web, control worker, beat and three simulated GPU
 # agents, on SQLite (or DATABASE_URL) and a local Redis. Ctrl-C stops everything it started.
 set -euo pipefail
 cd "$(dirname "$0")/.."

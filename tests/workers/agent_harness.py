@@ -161,6 +161,27 @@ class ControlPump:
             args, kwargs, _embed = message.payload
             self._run(message.headers["task"], kwargs)
 
+    def listen(self, until: Callable[[], Any], timeout: float = 15.0, what: str = "") -> Any:
+        """Record the agents' messages without applying them (the control side does not see
+        them) until `until()` is truthy; returns its value. `reports()` reads them."""
+        deadline = time.monotonic() + timeout
+        while True:
+            result = until()
+            if result:
+                return result
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out waiting for {what or until}")
+            try:
+                message = self._queue.get(timeout=0.2)
+            except self._queue.Empty:
+                continue
+            self.seen.append((message.headers["task"], message.payload[1]))
+
+    def opened(self, task: str) -> list[tuple[str, dict[str, Any]]]:
+        """(node, args) of each message of `task` seen so far, as its node signed it."""
+        bodies = [json.loads(kw["m"]) for name, kw in self.seen if name == task and "m" in kw]
+        return [(body["node"], body["args"]) for body in bodies]
+
     def run(self, fn: Callable[[], Any]) -> Any:
         """Run a control-side action with its after-commit messages sent."""
         with self.on_commit(execute=True), transaction.atomic():
