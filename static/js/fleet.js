@@ -91,15 +91,26 @@
     var pre = document.getElementById("log");
     if (!pre) return;
     var url = pre.getAttribute("data-logs-url");
-    var offset = 0, started = false, idle = 0, attempt = null;
+    var offset = 0, started = false, idle = 0, attempt = null, rank = 0;
+    var picker = document.getElementById("log-rank");
+    if (picker) {
+      picker.addEventListener("change", function () {
+        /* Another member's log: start it from its first byte. */
+        rank = parseInt(picker.value, 10) || 0;
+        offset = 0; started = false; idle = 0; attempt = null;
+        pre.textContent = "Waiting for output…";
+      });
+    }
     every(2, function () {
       if (idle >= 5) return;
       var u = new URL(url, location.href);
       u.searchParams.set("offset", offset);
+      u.searchParams.set("rank", rank);
+      var asked = rank;
       fetch(u, { credentials: "same-origin", headers: { Accept: "application/json" } })
         .then(function (r) { return r.ok ? r.json() : null; })
         .then(function (d) {
-          if (!d) return;
+          if (!d || asked !== rank) return; /* an answer for the member shown before */
           if (attempt !== null && d.attempt !== undefined && d.attempt !== attempt) {
             pre.textContent += "\n--- attempt " + d.attempt + " ---\n";
             offset = 0; attempt = d.attempt; idle = 0; return;

@@ -5,6 +5,9 @@ from typing import Any
 import pytest
 from django.test import Client
 
+from fleet.models import Node
+from tests.factories import GpuFactory, NodeFactory
+
 
 @pytest.fixture(autouse=True)
 def _no_shared_fragments(settings: Any) -> None:
@@ -41,3 +44,18 @@ def staff_web(staff: Any) -> Client:
 @pytest.fixture
 def team_admin_web(team_admin: Any) -> Client:
     return login(team_admin)
+
+
+@pytest.fixture
+def racks(fleet_nodes: Any) -> list[Node]:
+    """sim-a (4 A100) and sim-c (4 A100) in rack-1, sim-b (2 V100) in rack-2, each offering
+    32 CPUs and 256 GB."""
+    a, b = fleet_nodes
+    c = NodeFactory(name="sim-c", gpu_backend="simulated")
+    for i in range(4):
+        GpuFactory(node=c, index=i, model="A100-80GB", memory_mb=81920)
+    for node, group in ((a, "rack-1"), (b, "rack-2"), (c, "rack-1")):
+        Node.objects.filter(pk=node.pk).update(
+            cpus=32, memory_mb=262144, group=group, resource_enforcement="cgroup-v2"
+        )
+    return [Node.objects.get(pk=n.pk) for n in (a, b, c)]

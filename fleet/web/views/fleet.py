@@ -1,4 +1,6 @@
-"""The fleet page: every node with its GPUs as tiles, and the fleet's GPU totals."""
+"""The fleet page: every node with its GPUs as tiles, its host CPUs and memory (used of
+what its agent offers) and its topology group, the fleet's GPU totals, and the free GPUs of
+each group (a multi-node job fits where one group has enough)."""
 
 from __future__ import annotations
 
@@ -7,14 +9,14 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.core.paginator import Paginator
-from django.db.models import Count
+from django.db.models import Count, Prefetch
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.template.loader import render_to_string
 from django.utils.dateparse import parse_datetime
 from django.utils.safestring import SafeString
 
-from fleet.models import Gpu, Job, Node, NodeState
+from fleet.models import Gpu, Job, JobMember, Node, NodeState
 from fleet.models.jobs import ACTIVE_STATES
 from fleet.selectors.nodes import node_list
 from fleet.web import live, sources
@@ -48,6 +50,8 @@ class NodeRow:
     tiles: list[Tile] = field(default_factory=list)
     simulated: bool = False
     busy: int = 0
+    cpus_used: int = 0
+    memory_used_mb: int = 0
 
     @property
     def tiles_html(self) -> SafeString:
@@ -60,18 +64,59 @@ def util_class(util: float | None) -> str:
     return f"util-{min(4, int(util // 20))}"
 
 
-def fleet_totals() -> dict[str, int]:
-    """Free, busy, down and draining GPUs over the whole fleet: two grouped queries."""
+Share = tuple[int, list[int], Job]  # (node id, GPU indices, job): one member's allocation
+
+
+def active_shares() -> list[Share]:
+    """What each assigned or running job holds, node by node: one share per member of the
+    current attempt of a multi-node job, else the job's own node and GPUs. Two queries."""
+    jobs = (
+        Job.objects.filter(state__in=ACTIVE_STATES)
+        .select_related("owner")
+        .only(
+            "id",
+            "name",
+            "node_id",
+            "gpu_indices",
+            "attempt",
+            "cpus",
+            "memory_mb",
+            "owner__username",
+        )  # fmt: skip
+        .prefetch_related(
+            Prefetch(
+                "members",
+                queryset=JobMember.objects.only(
+                    "id", "job_id", "attempt", "rank", "node_id", "gpu_indices"
+                ),
+            )
+        )
+    )
+    shares: list[Share] = []
+    for job in jobs:
+        members = [m for m in job.members.all() if m.attempt == job.attempt and m.node_id]
+        if members:
+            shares.extend((m.node_id or 0, list(m.gpu_indices or []), job) for m in members)
+        elif job.node_id:
+            shares.append((job.node_id, list(job.gpu_indices or []), job))
+    return shares
+
+
+def fleet_totals(shares: list[Share]) -> dict[str, int]:
+    """Free, busy, down and draining GPUs over the whole fleet."""
     per_state = dict(
         Gpu.objects.values_list("node__state")
         .annotate(n=Count("id"))
         .values_list("node__state", "n")
     )
+    states = dict(Node.objects.values_list("id", "state"))
     held: set[tuple[int, int]] = set()
-    rows = Job.objects.filter(state__in=ACTIVE_STATES).exclude(node__state=NodeState.DOWN)
     draining_busy = 0
-    for node_id, indices, node_state in rows.values_list("node_id", "gpu_indices", "node__state"):
-        for index in indices or []:
+    for node_id, indices, _job in shares:
+        node_state = states.get(node_id)
+        if node_state == NodeState.DOWN:
+            continue
+        for index in indices:
             if (node_id, index) not in held:
                 held.add((node_id, index))
                 draining_busy += node_state == NodeState.DRAINING
@@ -87,26 +132,52 @@ def fleet_totals() -> dict[str, int]:
     }
 
 
-def gpu_holders(nodes: list[Node]) -> dict[tuple[int, int], list[Job]]:
-    """Which assigned or running job holds which GPU; loads only what a tile shows."""
+def gpu_holders(shares: list[Share]) -> dict[tuple[int, int], list[Job]]:
+    """Which assigned or running job holds which GPU."""
     holders: dict[tuple[int, int], list[Job]] = {}
-    jobs = (
-        Job.objects.filter(node__in=nodes, state__in=ACTIVE_STATES)
-        .select_related("owner")
-        .only("id", "name", "node_id", "gpu_indices", "owner__username")
-    )
-    for job in jobs:
-        for index in job.gpu_indices or []:
-            holders.setdefault((job.node_id or 0, index), []).append(job)
+    for node_id, indices, job in shares:
+        for index in indices:
+            holders.setdefault((node_id, index), []).append(job)
     return holders
 
 
-def build_rows(nodes: list[Node], now: float) -> tuple[list[NodeRow], bool]:
-    holders = gpu_holders(nodes)
+def free_by_group(shares: list[Share]) -> list[dict[str, Any]]:
+    """For each topology group: its free GPUs on nodes that are up, and the most free on
+    one node, so a person sees whether a multi-node job fits in one group."""
+    held = {(node_id, index) for node_id, indices, _ in shares for index in indices}
+    per_node: dict[int, int] = {}
+    group_of: dict[int, str] = {}
+    for node_id, index, group in Gpu.objects.filter(node__state=NodeState.UP).values_list(
+        "node_id", "index", "node__group"
+    ):
+        group_of[node_id] = group or ""
+        per_node[node_id] = per_node.get(node_id, 0) + ((node_id, index) not in held)
+    groups: dict[str, dict[str, Any]] = {}
+    for node_id, free in per_node.items():
+        row = groups.setdefault(
+            group_of[node_id], {"group": group_of[node_id], "free": 0, "largest": 0, "nodes": 0}
+        )
+        row["free"] += free
+        row["largest"] = max(row["largest"], free)
+        row["nodes"] += 1
+    return sorted(groups.values(), key=lambda r: (-r["free"], r["group"]))
+
+
+def build_rows(
+    nodes: list[Node], now: float, shares: list[Share] | None = None
+) -> tuple[list[NodeRow], bool]:
+    shares = active_shares() if shares is None else shares
+    holders = gpu_holders(shares)
+    host_used: dict[int, list[int]] = {}
+    for node_id, _indices, job in shares:
+        used = host_used.setdefault(node_id, [0, 0])
+        used[0] += job.cpus or 0
+        used[1] += job.memory_mb or 0
     samples = sources.latest_samples(nodes)
     rows = []
     for node in nodes:
         row = NodeRow(node=node, simulated=node.gpu_backend == "simulated")
+        row.cpus_used, row.memory_used_mb = host_used.get(node.pk, [0, 0])
         for gpu in node.gpus.all():
             tile = Tile(gpu.index, gpu.model, gpu.memory_mb, holders.get((node.pk, gpu.index), []))
             row.busy += bool(tile.jobs)
@@ -160,12 +231,16 @@ def _page(request: HttpRequest) -> tuple[Any, int, str]:
 
 def fleet_context(request: HttpRequest) -> dict[str, Any]:
     page, per_page, state = _page(request)
-    rows, has_telemetry = build_rows(list(page.object_list), time.time())
+    shares = active_shares()
+    rows, has_telemetry = build_rows(list(page.object_list), time.time(), shares)
+    groups = free_by_group(shares)
     return {
         "page": page,
         "rows": rows,
         "has_telemetry": has_telemetry,
-        "totals": fleet_totals(),
+        "totals": fleet_totals(shares),
+        # Worth showing only where the fleet is split into groups.
+        "groups": groups if any(g["group"] for g in groups) else [],
         "per_page": per_page,
         "state": state,
         "states": NodeState.values,

@@ -1,5 +1,6 @@
-"""The job page: details, the state timeline from its events (live), its log tail, charts
-of its GPUs over its life, and the actions its owner, team admins and staff may take."""
+"""The job page: details, the state timeline from its events (live), the members of a
+multi-node job (rank, node, GPUs, state), its log tail with one log per rank, charts of its
+GPUs over its life, and the actions its owner, team admins and staff may take."""
 
 from __future__ import annotations
 
@@ -68,6 +69,10 @@ def job_context(request: HttpRequest, job: Job) -> dict[str, Any]:
         "events": events,
         "ignored": [e for e in events if not e.applied],
         "timeline": timeline(job, events, timezone.now()),
+        # The current attempt's members, rank 0 first (job_get prefetches them).
+        "members": sorted(
+            (m for m in job.members.all() if m.attempt == job.attempt), key=lambda m: m.rank
+        ),
         "can_manage": manage,
         "actions": [a for a, states in ACTIONS.items() if job.state in states] if manage else [],
         "poll": live.POLL_SECONDS,
@@ -85,6 +90,8 @@ def job_page(request: HttpRequest, job_id: int) -> HttpResponse:
         {
             "show_command": can_see_command(request.user, job),
             "logs_url": sources.api_url("job-logs", job_id=job.pk) if manage else None,
+            # One log per member: rank 0 for a single-node job.
+            "log_ranks": [m.rank for m in context["members"]] or [0],
         }
     )
     return render(request, "web/job.html", context)
