@@ -42,11 +42,85 @@ password=$(cat "$VAR/demo-admin-password")
 token=$($BIN/python manage.py add_user admin --team demo --team-admin --staff --password "$password" 2>/dev/null | tail -n 1)
 
 pids=()
+agents=()
+STOP_GRACE_S="${FLEET_UP_STOP_GRACE:-10}"
+
+# Jobs run in sessions of their own (each under a shim, outside the agent), so neither
+# Ctrl-C nor stopping an agent reaches them: an agent that restarts adopts its jobs. When
+# `make up` stops, nothing it started may keep running, so every attempt the agents under
+# $VAR still run is stopped here: SIGTERM to the job's process group and to all the shim
+# holds (the shim is a child subreaper, so it holds what the job left behind, even in
+# sessions of its own), SIGKILL after the grace, then the shim itself. A record is trusted
+# only while its shim is the very process that was started (same start time).
+stop_jobs() {
+  $BIN/python - "$VAR" "$STOP_GRACE_S" <<'PY' || true
+import json, os, signal, sys
+from pathlib import Path
+
+import psutil
+
+var, grace = Path(sys.argv[1]), float(sys.argv[2])
+shims, jobs = [], []
+for record in sorted(var.glob("agents/*/**/record.json")):
+    if (record.parent / "status.json").exists():
+        continue
+    try:
+        r = json.loads(record.read_text())
+        shim = psutil.Process(int(r["shim_pid"]))
+        born = r.get("shim_create_time")
+        if born is not None and abs(shim.create_time() - float(born)) > 1.0:
+            continue  # the pid belongs to another process now
+        held = shim.children(recursive=True)
+    except (OSError, ValueError, KeyError, TypeError, psutil.Error):
+        continue
+    shims.append(shim)
+    jobs += held
+    if int(r.get("pid") or 0) > 0:
+        try:
+            os.killpg(int(r["pid"]), signal.SIGTERM)
+        except OSError:
+            pass
+if not shims:
+    sys.exit(0)
+print(f"stopping {len(shims)} job(s) the agents were running")
+for proc in jobs:
+    try:
+        proc.send_signal(signal.SIGTERM)
+    except psutil.Error:
+        pass
+_, alive = psutil.wait_procs(jobs, timeout=grace)
+for proc in alive:
+    try:
+        proc.kill()
+    except psutil.Error:
+        pass
+psutil.wait_procs(alive, timeout=5)
+# The shim writes how its job ended and exits once the job's group is gone.
+_, alive = psutil.wait_procs(shims, timeout=10)
+for proc in alive:
+    try:
+        proc.kill()
+    except psutil.Error:
+        pass
+PY
+}
+
 cleanup() {
   trap - INT TERM EXIT
   echo; echo "stopping fleet"
   for pid in "${pids[@]}"; do kill -TERM "$pid" 2>/dev/null || true; done
+  # Each supervisor stops its process and exits; one that is still there after the grace
+  # is killed with what it runs.
+  local deadline=$((SECONDS + STOP_GRACE_S + 10))
+  for pid in "${pids[@]}"; do
+    while kill -0 "$pid" 2>/dev/null && [ "$SECONDS" -lt "$deadline" ]; do sleep 0.2; done
+    if kill -0 "$pid" 2>/dev/null; then
+      pkill -KILL -P "$pid" 2>/dev/null || true
+      kill -KILL "$pid" 2>/dev/null || true
+    fi
+  done
   wait 2>/dev/null || true
+  stop_jobs
 }
 trap cleanup INT TERM EXIT
 
@@ -54,7 +128,54 @@ start() {  # name, command... (restarted whenever it exits, until Ctrl-C)
   local name=$1; shift
   scripts/supervise.sh "$@" >"$VAR/log/$name.log" 2>&1 &
   pids+=("$!")
+  case "$name" in agent-*) agents+=("${name#agent-}") ;; esac
   echo "  $name (pid $!, log $VAR/log/$name.log)"
+}
+
+# Up means ready: /readyz answers 200 (database, Redis, a control worker, beat) and every
+# agent started here has registered its GPUs and sent a heartbeat. Gives up after
+# FLEET_UP_TIMEOUT seconds and says what is missing.
+wait_ready() {
+  $BIN/python - "http://$BIND:$FLEET_PORT" "$token" "${FLEET_UP_TIMEOUT:-120}" "${agents[@]}" <<'PY'
+import json, sys, time, urllib.error, urllib.request
+
+base, token, timeout, agents = sys.argv[1], sys.argv[2], float(sys.argv[3]), sys.argv[4:]
+
+
+def get(path, auth=False):
+    req = urllib.request.Request(base + path)
+    if auth:
+        req.add_header("Authorization", f"Token {token}")
+    try:
+        with urllib.request.urlopen(req, timeout=5) as r:
+            return r.status, json.load(r)
+    except urllib.error.HTTPError as e:
+        try:
+            return e.code, json.load(e)
+        except ValueError:
+            return e.code, {}
+    except (OSError, ValueError) as e:
+        return 0, {"web": str(e)}
+
+
+deadline, missing = time.monotonic() + timeout, ["web"]
+try:
+    while time.monotonic() < deadline:
+        status, ready = get("/readyz")
+        missing = [] if status == 200 else [f"{k}: {v}" for k, v in ready.items() if k != "status"]
+        if status == 200 and agents:
+            _, nodes = get("/api/v1/nodes/", auth=True)
+            seen = {n["name"]: n for n in nodes} if isinstance(nodes, list) else {}
+            missing = [f"agent {a} has not registered" for a in agents
+                       if not (seen.get(a, {}).get("last_heartbeat") and seen[a].get("gpus"))]
+        if not missing:
+            sys.exit(0)
+        time.sleep(1)
+except KeyboardInterrupt:
+    sys.exit(130)
+print("fleet is not ready after %d s:" % timeout, *missing, sep="\n  ", file=sys.stderr)
+sys.exit(1)
+PY
 }
 
 echo "starting fleet:"
@@ -66,9 +187,16 @@ if [ -f scripts/agents.sh ]; then
   source scripts/agents.sh
 fi
 
+echo "waiting for fleet to be ready (at most ${FLEET_UP_TIMEOUT:-120} s)"
+if wait_ready; then
+  status="fleet is up"
+else
+  status="fleet started but is not ready yet (see the logs above)"
+fi
+
 cat <<MSG
 
-fleet is up: http://$BIND:$FLEET_PORT/
+$status: http://$BIND:$FLEET_PORT/
   log in as:  admin / $password
   API docs:   http://$BIND:$FLEET_PORT/api/v1/docs/
   API token:  $token
