@@ -36,7 +36,7 @@ from prometheus_client.registry import Collector
 from rest_framework.exceptions import AuthenticationFailed
 
 from fleet.api.auth import HashedTokenAuthentication
-from fleet.models import Gpu, Job, JobEvent, JobState, Node, TelemetrySample
+from fleet.models import Gpu, Job, JobEvent, JobMember, JobState, Node, TelemetrySample
 from fleet.models.jobs import ACTIVE_STATES
 from scheduler.models import CycleRecord
 
@@ -56,14 +56,22 @@ DCGM_FIELDS = (
 
 
 def _holders() -> dict[tuple[int, int], list[tuple[int, str, str]]]:
-    """(node id, GPU index) -> [(job id, team slug, user name)] of assigned or running jobs."""
-    out: dict[tuple[int, int], list[tuple[int, str, str]]] = {}
+    """(node id, GPU index) -> [(job id, team slug, user name)] of assigned or running jobs:
+    rank 0 on the job's own node and GPUs, the other members of a multi-node job on theirs."""
+    found: set[tuple[int, int, int, str, str]] = set()
     rows = Job.objects.filter(state__in=ACTIVE_STATES, node__isnull=False).values_list(
         "id", "node_id", "gpu_indices", "team__slug", "owner__username"
     )
     for job_id, node_id, indices, team, user in rows:
-        for index in indices or []:
-            out.setdefault((node_id, index), []).append((job_id, team, user))
+        found.update((node_id, index, job_id, team, user) for index in indices or [])
+    members = JobMember.objects.filter(
+        job__state__in=ACTIVE_STATES, attempt=F("job__attempt"), node__isnull=False
+    ).values_list("job_id", "node_id", "gpu_indices", "job__team__slug", "job__owner__username")
+    for job_id, node_id, indices, team, user in members:
+        found.update((node_id, index, job_id, team, user) for index in indices or [])
+    out: dict[tuple[int, int], list[tuple[int, str, str]]] = {}
+    for node_id, index, job_id, team, user in sorted(found):
+        out.setdefault((node_id, index), []).append((job_id, team, user))
     return out
 
 
