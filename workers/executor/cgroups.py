@@ -176,3 +176,16 @@ def job_cgroup_remove(path: str | os.PathLike[str], wait_s: float = 5.0) -> bool
                 logger.warning("cannot remove the job cgroup %s: %s", path, exc.strerror)
                 return False
         time.sleep(0.05)
+
+
+def oom_kills(path: str | os.PathLike[str]) -> int:
+    """How many of the cgroup's processes the kernel killed at its memory limit
+    (memory.events `oom_kill`); 0 when unknown."""
+    try:
+        for line in (Path(path) / "memory.events").read_text().splitlines():
+            name, _, count = line.partition(" ")
+            if name == "oom_kill":
+                return int(count)
+    except (OSError, ValueError):
+        pass
+    return 0

@@ -35,7 +35,12 @@ from typing import Any
 import psutil
 
 from workers.executor.accounts import Account, JobAccounts, own_account
-from workers.executor.cgroups import Enforcement, job_cgroup_create, job_cgroup_remove
+from workers.executor.cgroups import (
+    Enforcement,
+    job_cgroup_create,
+    job_cgroup_remove,
+    oom_kills,
+)
 from workers.executor.spec import (
     ExecutorError,
     JobKey,
@@ -392,6 +397,11 @@ class Executor:
             return None
         cause = status.get("cause") if isinstance(status, dict) else None
         return str(cause) if cause else None
+
+    def memory_killed(self, key: JobKey) -> bool:
+        """Whether the kernel killed a process of the attempt at its cgroup's memory limit."""
+        handle = self.handles.get(key)
+        return bool(handle and handle.cgroup and oom_kills(handle.cgroup))
 
     @staticmethod
     def _shim_alive(handle: Handle) -> bool:

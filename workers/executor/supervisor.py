@@ -198,6 +198,11 @@ class Supervisor:
 
     def _finish(self, key: JobKey, spec: JobSpec, pid: int, code: int | str) -> None:
         state, exit_code, reason = _describe_exit(code)
+        if state == "failed" and self.executor.memory_killed(key):
+            reason = (
+                f"{reason}: it went past its memory limit of {spec.memory_mb} MB and the "
+                "kernel killed it"
+            )
         stop = self._stops.pop(key, None)
         if stop is not None:
             state, reason = stop.state, stop.reason

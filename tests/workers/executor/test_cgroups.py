@@ -123,6 +123,27 @@ def test_a_job_that_asks_for_no_cpus_or_memory_gets_no_limit(tmp_path: Path) -> 
     assert agent.wait_final()["state"] == "succeeded"
 
 
+def test_a_job_the_kernel_killed_at_its_memory_limit_is_reported_so(tmp_path: Path) -> None:
+    agent, mount = confined_agent(tmp_path)
+    # The kernel counts the kill in memory.events; here the test writes what it would.
+    spec, _ = agent.start("sleep 0.3; kill -9 $$", memory_mb=512)
+    cgroup = Path(agent.executor.handles[spec.key].cgroup or "")
+    (cgroup / "memory.events").write_text("low 0\nhigh 0\nmax 3\noom 1\noom_kill 1\n")
+
+    event = agent.wait_final()
+
+    assert event["state"] == "failed"
+    assert event["reason"] == (
+        "killed by signal SIGKILL: it went past its memory limit of 512 MB and the kernel killed it"
+    )
+
+
+def test_a_job_that_fails_on_its_own_is_not_blamed_on_memory(tmp_path: Path) -> None:
+    agent, mount = confined_agent(tmp_path)
+    spec, _ = agent.start("exit 3", memory_mb=512)
+    assert agent.wait_final()["reason"] == "exited with code 3"
+
+
 def test_a_job_whose_cgroup_cannot_be_joined_does_not_start(tmp_path: Path) -> None:
     agent, mount = confined_agent(tmp_path)
     procs = mount / "fleet" / "node" / "1.1" / "cgroup.procs"
@@ -146,7 +167,8 @@ def test_the_kernel_kills_a_job_past_its_memory_limit(tmp_path: Path) -> None:
         cgroup = Path(agent.executor.handles[spec.key].cgroup or "")
         assert (cgroup / "memory.max").read_text().strip() == str(64 << 20)
         event = agent.wait_final()
-        assert event["state"] == "failed" and event["exit_code"] == -9
+        assert event["state"] == "failed"
+        assert "past its memory limit of 64 MB" in event["reason"], event
         wait_for(lambda: not cgroup.exists(), "the job's cgroup to be removed")
     finally:
         enforcement.root.rmdir()
