@@ -89,3 +89,25 @@ def test_the_fleet_page_shows_each_nodes_cpus_memory_group_and_free_gpus_per_gro
     assert "<td>rack-1</td><td><strong>2</strong></td><td>1</td><td>2</td>" in html
     assert "<td>rack-2</td><td><strong>2</strong></td><td>2</td><td>1</td>" in html
     assert "<strong>6</strong> busy" in html and "<strong>4</strong> free" in html
+
+
+def test_the_node_page_says_what_the_host_offers_and_whether_limits_hold(
+    owner_web: Client, owner: Any, team: Any, racks: Any
+) -> None:
+    a, b, c = racks
+    job = JobFactory(
+        owner=owner, team=team, name="llm", gpus=6, gpus_per_node=3, cpus=8, memory_mb=16000
+    )
+    run_gang(job, [(a, [0, 1, 2]), (c, [1, 2, 3])])
+    Node.objects.filter(pk=c.pk).update(address="10.0.0.7")
+    Node.objects.filter(pk=b.pk).update(
+        resource_enforcement="none: /sys/fs/cgroup is not writable by the agent"
+    )
+
+    html = owner_web.get("/nodes/sim-c/").content.decode()
+    assert "CPUs 8/32 in use · memory 16000/262144 MB in use" in html
+    assert "<code>10.0.0.7</code>" in html and "<dd>rack-1</dd>" in html
+    assert "each job is held to its CPUs and memory (cgroup v2)" in html
+    html = owner_web.get("/nodes/sim-b/").content.decode()
+    assert "CPUs 0/32 in use" in html
+    assert "not enforced: /sys/fs/cgroup is not writable by the agent" in html
