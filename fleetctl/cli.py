@@ -33,6 +33,12 @@ def _job_options(parser: argparse.ArgumentParser) -> None:
     add("--gpus", "-G", type=int, help="GPUs in all (default 1; 0 with --gpu-share)")
     add("--gpus-per-node", type=int, help="GPUs on each node of a multi-node job")
     add("--nodes", "-N", type=int, help="nodes of a multi-node job")
+    add(
+        "--same-group",
+        action="store_true",
+        default=None,
+        help="every node of a multi-node job in one topology group",
+    )
     add("--cpus", "-c", type=int, help="host CPUs (per node)")
     add("--mem", help="host memory (per node): MiB, or 16G, 512M")
     add(

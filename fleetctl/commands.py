@@ -63,7 +63,7 @@ def _job_body(args: argparse.Namespace) -> dict[str, Any]:
     if env:
         body["env"] = env
     for option, field in (("team", "team"), ("gpus", "gpus"), ("gpus_per_node", "gpus_per_node"),
-                          ("nodes", "nodes"), ("cpus", "cpus"), ("gpu_model", "gpu_model"),
+                          ("nodes", "nodes"), ("same_group", "same_group"), ("cpus", "cpus"), ("gpu_model", "gpu_model"),
                           ("priority", "priority"), ("qos", "qos"), ("preemptible", "preemptible"),
                           ("max_requeues", "max_requeues"), ("workdir", "workdir")):  # fmt: skip
         value = getattr(args, option)
@@ -218,12 +218,20 @@ def _act(action: str) -> Callable[[argparse.Namespace], int]:
 
 
 def cmd_logs(args: argparse.Namespace) -> int:
+    """Print a job's output; with -f, keep reading until the job has ended and all its
+    output is read, through a wait in the queue and across requeues (each new attempt's
+    output starts from its beginning)."""
     client = Client.from_environment()
-    offset, wait = 0, 0.5
-    params: dict[str, Any] = {"rank": args.rank, "attempt": args.attempt}
+    offset, wait, attempt = 0, 0.5, None
     while True:
-        chunk = client.request("GET", f"jobs/{args.job}/logs/", params={**params, "offset": offset})
-        params["attempt"] = chunk.get("attempt", args.attempt)  # stay on the attempt we began
+        params = {"rank": args.rank, "attempt": args.attempt, "offset": offset}
+        chunk = client.request("GET", f"jobs/{args.job}/logs/", params=params)
+        if attempt is not None and chunk["attempt"] != attempt:
+            attempt, offset = chunk["attempt"], 0
+            if not args.json:
+                print(f"fleetctl logs: attempt {attempt}", file=sys.stderr, flush=True)
+            continue
+        attempt = chunk["attempt"]
         if args.json:
             print(json.dumps(chunk), flush=True)
         elif chunk["data"]:
@@ -231,13 +239,19 @@ def cmd_logs(args: argparse.Namespace) -> int:
             sys.stdout.flush()
         moved = chunk["next_offset"] != offset
         offset = chunk["next_offset"]
-        if chunk.get("complete") or (not args.follow and not moved):
+        if chunk.get("complete"):
+            if not args.follow or args.attempt is not None:
+                return 0
+            state = client.request("GET", f"jobs/{args.job}/")["state"]
+            if state not in ("pending", "held", "assigned"):
+                return 0  # ended for good; a queued job's next attempt is still to come
+        elif not args.follow and not moved:
             return 0
-        if not moved:
-            time.sleep(wait)
-            wait = min(wait * 2, FOLLOW_MAX_WAIT_S)
-        else:
+        if moved:
             wait = 0.5
+            continue
+        time.sleep(wait)
+        wait = min(wait * 2, FOLLOW_MAX_WAIT_S)
 
 
 def cmd_nodes(args: argparse.Namespace) -> int:

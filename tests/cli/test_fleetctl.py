@@ -6,6 +6,8 @@ import csv
 import io
 import os
 import stat
+import subprocess
+import time
 from pathlib import Path
 from typing import Any
 
@@ -84,6 +86,18 @@ def test_hold_release_and_fraction(fleetctl: Any, tokens: dict[str, str]) -> Non
     assert fleetctl("release", str(job_id), token=token).rc == 1
     logs = fleetctl("logs", str(job_id), token=token)
     assert (logs.rc, logs.out) == (0, "")
+
+
+def test_multi_node_and_host_resources(fleetctl: Any, tokens: dict[str, str]) -> None:
+    job_id = _submit(fleetctl, tokens["owner"], "--nodes", "2", "--gpus-per-node", "2",
+                     "--cpus", "4", "--mem", "8G", "--same-group", "--", "torchrun", "t.py")  # fmt: skip
+    job = Job.objects.get(pk=job_id)
+    assert (job.gpus, job.gpus_per_node, job.cpus, job.memory_mb, job.same_group) == (
+        4, 2, 4, 8192, True
+    )  # fmt: skip
+    # The API's own sentence when the options do not fit together.
+    clash = fleetctl("submit", "--nodes", "2", "--", "true", token=tokens["owner"])
+    assert clash.rc == 1 and "nodes needs gpus_per_node" in clash.err
 
 
 def test_bad_input_exit_codes(fleetctl: Any, tokens: dict[str, str], live_server: Any) -> None:
@@ -173,3 +187,41 @@ def test_nodes_estimate_and_usage(fleetctl: Any, tokens: dict[str, str]) -> None
     assert next(csv.reader(io.StringIO(usage.out)))[:2] == ["Account", "User"]
     bad = fleetctl("usage", "--since", "last tuesday", token=token)
     assert bad.rc == 1 and "since" in bad.err
+
+
+def test_logs_follow_until_the_job_ends(
+    fleetctl: Any, tokens: dict[str, str], live_server: Any, tmp_path: Path, fleet_nodes: Any
+) -> None:
+    from fleet.models import JobLogChunk
+    from fleet.services.job_states import SCHEDULER, Actor, job_transition
+    from tests.cli.conftest import FLEETCTL
+
+    job_id = _submit(fleetctl, tokens["owner"], "--", "python", "train.py")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("FLEET_")}
+    env.update(FLEET_URL=live_server.url, FLEET_TOKEN=tokens["owner"],
+               FLEET_CONFIG=str(tmp_path / "none"))  # fmt: skip
+    follow = subprocess.Popen([str(FLEETCTL), "logs", "-f", str(job_id)], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)  # fmt: skip
+    try:
+        time.sleep(1.5)
+        assert follow.poll() is None  # pending: nothing yet, and it keeps waiting
+        node = Actor.node("sim-a")
+        job_transition(job_id=job_id, action="dispatch", actor=SCHEDULER,
+                       fields={"node": fleet_nodes[0], "gpu_indices": [0]})  # fmt: skip
+        job_transition(job_id=job_id, action="start", actor=node)
+        first, second = b"epoch 1 loss 0.9\n", b"epoch 2 loss 0.5\n"
+        JobLogChunk.objects.create(job_id=job_id, attempt=1, offset=0, end=len(first),
+                                   data=first)  # fmt: skip
+        time.sleep(2.0)
+        assert follow.poll() is None  # running: it follows
+        JobLogChunk.objects.create(job_id=job_id, attempt=1, offset=len(first),
+                                   end=len(first) + len(second), data=second, eof=True)  # fmt: skip
+        job_transition(job_id=job_id, action="succeed", actor=node)
+        out, err = follow.communicate(timeout=30)
+    finally:
+        if follow.poll() is None:
+            follow.kill()
+    assert follow.returncode == 0, err
+    assert out == (first + second).decode()
+    # Without -f, the whole output at once.
+    assert fleetctl("logs", str(job_id), token=tokens["owner"]).out == out
