@@ -76,6 +76,7 @@ def agent_register(node: Node, a: dict[str, Any]) -> None:
         backend=str(a.get("backend") or ""),
         agent_version=str(a.get("agent_version") or ""),
         gpus=list(a.get("gpus") or []),
+        host=a.get("host"),
         **_alive(a),
     )
 
@@ -105,6 +106,7 @@ def job_log(node: Node, a: dict[str, Any]) -> None:
         job_id=int(a["job_id"]),
         attempt=int(a["attempt"]),
         offset=int(a["offset"]),
+        rank=int(a.get("rank") or 0),
         data_b64=str(a["data"]),
         eof=bool(a.get("eof", False)),
     )

@@ -23,17 +23,28 @@ from fleet.api.serializers import (
     StrictSerializer,
     check_query_params,
 )
-from fleet.models import Job, JobEvent, JobState
-from fleet.models.jobs import PRIORITY_MAX, PRIORITY_MIN, Qos
+from fleet.models import Job, JobEvent, JobMember, JobState
+from fleet.models.jobs import PRIORITY_MAX, PRIORITY_MIN, QUEUED_STATES, Qos
 from fleet.selectors.jobs import (
     job_events,
     job_get,
     job_list,
+    job_members,
     job_reason_shown,
     job_state_reason,
 )
 from fleet.services import jobs as job_services
 from fleet.services.access import can_manage_job, can_see_command
+
+
+class JobMemberSerializer(serializers.ModelSerializer):
+    node = serializers.CharField(source="node.name", allow_null=True, default=None)
+
+    class Meta:
+        model = JobMember
+        fields = [
+            "rank", "node", "gpu_indices", "state", "exit_code", "started_at", "finished_at"
+        ]  # fmt: skip
 
 
 class JobOutputSerializer(serializers.ModelSerializer):
@@ -48,6 +59,11 @@ class JobOutputSerializer(serializers.ModelSerializer):
     env = serializers.SerializerMethodField()
     workdir = serializers.SerializerMethodField()
     can_manage = serializers.SerializerMethodField()
+    nodes = serializers.IntegerField(read_only=True, help_text="Nodes the job spans.")
+    members = serializers.SerializerMethodField(
+        help_text="The current attempt's share of each node, rank 0 first (empty while the "
+        "job waits)."
+    )
 
     class Meta:
         model = Job
@@ -57,7 +73,7 @@ class JobOutputSerializer(serializers.ModelSerializer):
             "gpu_model", "min_gpu_memory_mb", "time_limit", "priority", "qos", "preemptible",
             "max_requeues", "node", "gpu_indices", "exit_code", "submitted_at", "assigned_at",
             "started_at", "finished_at", "queue_position", "eta", "command", "env", "workdir",
-            "can_manage",
+            "can_manage", "gpus_per_node", "nodes", "cpus", "memory_mb", "same_group", "members",
         ]  # fmt: skip
 
     def _user(self) -> Any:
@@ -92,6 +108,13 @@ class JobOutputSerializer(serializers.ModelSerializer):
 
     def get_can_manage(self, job: Job) -> bool:
         return can_manage_job(self._user(), job)
+
+    @extend_schema_field(JobMemberSerializer(many=True))
+    def get_members(self, job: Job) -> list[dict[str, Any]]:
+        if job.state in QUEUED_STATES:
+            return []
+        rows = job_members(job=job)
+        return list(JobMemberSerializer(rows, many=True).data)
 
 
 @extend_schema_field(OpenApiTypes.BOOL)
@@ -156,6 +179,34 @@ class JobListApi(GenericAPIView):
         qos = serializers.ChoiceField(choices=Qos.choices, required=False)
         preemptible = serializers.BooleanField(required=False)
         max_requeues = serializers.IntegerField(required=False, min_value=0, max_value=100)
+        gpus_per_node = serializers.IntegerField(
+            required=False,
+            min_value=0,
+            max_value=1024,
+            help_text="Spread the job over nodes with this many GPUs on each; 0 or absent: "
+            "every GPU on one node.",
+        )
+        nodes = serializers.IntegerField(
+            required=False,
+            min_value=1,
+            max_value=1024,
+            help_text="Nodes to spread over (with gpus_per_node; instead of gpus).",
+        )
+        cpus = serializers.IntegerField(
+            required=False,
+            min_value=0,
+            max_value=job_services.MAX_CPUS,
+            help_text="Host CPU cores on each node; default: the team's cores per GPU.",
+        )
+        memory_mb = serializers.IntegerField(
+            required=False,
+            min_value=0,
+            max_value=job_services.MAX_MEMORY_MB,
+            help_text="Host memory (MB) on each node; default: the team's memory per GPU.",
+        )
+        same_group = serializers.BooleanField(
+            required=False, help_text="Put every node of the job in one topology group."
+        )
 
     def get_queryset(self) -> QuerySet[Job]:
         return job_list(fetched_by=self.request.user)

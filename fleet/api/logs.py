@@ -1,4 +1,5 @@
-"""/api/v1/jobs/{id}/logs/: a job's output, read in pieces (owner, team admins, staff)."""
+"""/api/v1/jobs/{id}/logs/: a job's output, read in pieces, one member (rank) at a time
+(owner, team admins, staff)."""
 
 from __future__ import annotations
 
@@ -33,6 +34,14 @@ class JobLogsApi(APIView):
             max_value=INT_MAX,
             help_text="Attempt (default: the latest).",
         )
+        rank = serializers.IntegerField(
+            required=False,
+            min_value=0,
+            max_value=INT_MAX,
+            default=0,
+            help_text="Member of a multi-node job whose output to read (default 0; the "
+            "response's ranks lists them).",
+        )
 
     # A schema-only serializer: a field named "data" would shadow Serializer.data, so the
     # response is the selector's dict as it is.
@@ -46,6 +55,11 @@ class JobLogsApi(APIView):
                 help_text="The attempt has ended and all its output has been read."
             ),
             "attempt": serializers.IntegerField(),
+            "rank": serializers.IntegerField(help_text="The member whose output this is."),
+            "ranks": serializers.ListField(
+                child=serializers.IntegerField(),
+                help_text="Members of the attempt whose output can be read.",
+            ),
         },
     )
 
@@ -63,5 +77,6 @@ class JobLogsApi(APIView):
             job=job,
             offset=query.validated_data["offset"],
             attempt=query.validated_data.get("attempt"),
+            rank=query.validated_data["rank"],
         )
         return Response(log)

@@ -5,10 +5,10 @@ from __future__ import annotations
 import re
 from typing import Any
 
-from django.db.models import QuerySet
+from django.db.models import Prefetch, QuerySet
 
 from fleet.errors import NotFound
-from fleet.models import Job, JobEvent
+from fleet.models import Job, JobEvent, JobMember
 from fleet.services.access import can_see_command
 
 HIDDEN = "[hidden]"
@@ -18,8 +18,18 @@ _PATH = re.compile(r"(?<![\w.~-])[~.]{0,2}/[^\s:;,'\"()]+")
 
 
 def job_list(*, fetched_by: Any) -> QuerySet[Job]:
-    """Every member of any team sees the whole queue (metadata only: serializers hide env)."""
-    return Job.objects.select_related("owner", "team", "node")
+    """Every member of any team sees the whole queue (metadata only: serializers hide env).
+    The members of every attempt come in one more query (`job_members` picks the current
+    attempt's)."""
+    return Job.objects.select_related("owner", "team", "node").prefetch_related(
+        Prefetch("members", queryset=JobMember.objects.select_related("node"))
+    )
+
+
+def job_members(*, job: Job) -> list[JobMember]:
+    """The current attempt's members, rank 0 first: one per node of a multi-node job, one
+    for a single-node job (none for a job dispatched before members were recorded)."""
+    return sorted((m for m in job.members.all() if m.attempt == job.attempt), key=lambda m: m.rank)
 
 
 def job_get(*, job_id: int, fetched_by: Any) -> Job:

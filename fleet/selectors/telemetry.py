@@ -9,7 +9,15 @@ from django.core.cache import cache
 from django.utils import timezone
 from django.utils.dateparse import parse_datetime
 
-from fleet.models import Gpu, Job, JobLogChunk, Node, TelemetryRollup, TelemetrySample
+from fleet.models import (
+    Gpu,
+    Job,
+    JobLogChunk,
+    JobMember,
+    Node,
+    TelemetryRollup,
+    TelemetrySample,
+)
 from fleet.models.jobs import ACTIVE_STATES
 from fleet.services.telemetry import LATEST_KEY, raw_retention, telemetry_refused_key
 from fleet.services.telemetry_checks import BOUNDS, value_ok
@@ -127,15 +135,33 @@ def _utf8_safe_end(data: bytes) -> int:
     return len(data)
 
 
+def job_log_ranks(*, job: Job, attempt: int) -> list[int]:
+    """The ranks of an attempt whose output can be read: its members (rank 0 for a
+    single-node job), and any rank that stored output."""
+    ranks = set(JobMember.objects.filter(job=job, attempt=attempt).values_list("rank", flat=True))
+    ranks |= set(
+        JobLogChunk.objects.filter(job=job, attempt=attempt)
+        .values_list("rank", flat=True)
+        .distinct()
+    )
+    return sorted(ranks | {0})
+
+
 def job_log_read(
-    *, job: Job, offset: int = 0, attempt: int | None = None, limit: int = LOG_READ_BYTES
+    *,
+    job: Job,
+    offset: int = 0,
+    attempt: int | None = None,
+    rank: int = 0,
+    limit: int = LOG_READ_BYTES,
 ) -> dict[str, Any]:
-    """Output of one attempt (default: the latest) from byte `offset`: {"data", "offset",
-    "next_offset", "complete", "attempt"}. `complete` is true once the attempt has ended
-    and everything it sent has been read."""
+    """Output of one member (`rank`, default 0) of one attempt (default: the latest) from
+    byte `offset`: {"data", "offset", "next_offset", "complete", "attempt", "rank",
+    "ranks"}. `complete` is true once the attempt has ended and everything that member
+    sent has been read; `ranks` lists the members whose output can be read."""
     attempt = job.attempt if attempt is None else attempt
     chunks = JobLogChunk.objects.filter(
-        job=job, attempt=attempt, end__gt=offset, offset__lt=offset + limit
+        job=job, attempt=attempt, rank=rank, end__gt=offset, offset__lt=offset + limit
     ).order_by("offset")
     buf = bytearray()
     pos = offset
@@ -145,7 +171,7 @@ def job_log_read(
         buf += bytes(chunk.data)[pos - chunk.offset :]
         pos = offset + len(buf)
     data = bytes(buf[:limit])
-    stored = JobLogChunk.objects.filter(job=job, attempt=attempt)
+    stored = JobLogChunk.objects.filter(job=job, attempt=attempt, rank=rank)
     last = stored.order_by("-end").values("end").first()
     total = last["end"] if last else 0
     ended = stored.filter(eof=True).exists() or not (
@@ -160,4 +186,6 @@ def job_log_read(
         "next_offset": next_offset,
         "complete": ended and next_offset >= total,
         "attempt": attempt,
+        "rank": rank,
+        "ranks": job_log_ranks(job=job, attempt=attempt),
     }

@@ -24,11 +24,11 @@ from typing import Any
 
 from django.core.cache import cache
 from django.db import transaction
-from django.db.models import Q
+from django.db.models import F, Q
 from django.utils import timezone
 
 from fleet.errors import Conflict
-from fleet.models import Gpu, Job, JobState, Node, NodeState
+from fleet.models import Gpu, Job, JobMember, JobState, MemberState, Node, NodeState
 from fleet.models.jobs import ACTIVE_STATES
 from fleet.services import messaging
 from fleet.services.job_reports import job_report_apply, requeue_lost
@@ -135,12 +135,50 @@ def _node_seen(node: Node, now: datetime) -> None:
         messaging.request_schedule()
 
 
+# What a registration's `host` may say: an agent offers jobs at most this much of its host.
+MAX_HOST_CPUS = 65_536
+MAX_HOST_MEMORY_MB = 2**31 - 1  # 2 PiB; the column's limit
+HOST_TEXT = {"address": 255, "group": 100, "enforcement": 300}
+
+
+def host_check(host: Any) -> tuple[dict[str, Any], list[str]]:
+    """The Node fields a registration's `host` sets, and why any value in it was refused.
+
+    A value of the wrong type or out of range (negative cores, memory of 10**30 MB, a
+    float, a boolean, an address of 5 kB) is refused alone and the node keeps what it had;
+    the rest is stored."""
+    if host is None:
+        return {}, []
+    if not isinstance(host, dict):
+        return {}, [f"host must be an object, not {type(host).__name__}"]
+    fields: dict[str, Any] = {}
+    refused: list[str] = []
+    for name, high in (("cpus", MAX_HOST_CPUS), ("memory_mb", MAX_HOST_MEMORY_MB)):
+        if name not in host:
+            continue
+        value = host[name]
+        if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value <= high:
+            refused.append(f"{name} {value!r} is not a whole number between 0 and {high}")
+        else:
+            fields[name] = value
+    for name, size in HOST_TEXT.items():
+        if name not in host:
+            continue
+        value = host[name]
+        if not isinstance(value, str) or len(value) > size or not value.isprintable():
+            refused.append(f"{name} must be printable text of at most {size} characters")
+        else:
+            fields["resource_enforcement" if name == "enforcement" else name] = value.strip()
+    return fields, refused
+
+
 def agent_register(
     *,
     node: Node,
     backend: str,
     agent_version: str,
     gpus: Sequence[dict[str, Any]],
+    host: Any = None,
     running: Iterable[Sequence[Any]] = (),
     outcomes: Iterable[dict[str, Any]] = (),
     at: float | None = None,
@@ -148,13 +186,18 @@ def agent_register(
     now: datetime | None = None,
 ) -> list[tuple[int, int]]:
     """Record the node's inventory (idempotent), apply its outcomes and reconcile; returns
-    the attempts the agent is told to stop."""
+    the attempts the agent is told to stop. `host` is what the agent offers jobs of its
+    host (CPU cores, memory, its address for peers, its topology group, how it confines
+    jobs); an agent that does not send it leaves those fields as they were."""
     now = now or timezone.now()
+    host_fields, host_refused = host_check(host)
+    for why in host_refused:
+        log.warning("node %s registered a host value that was refused: %s", node.name, why)
     with transaction.atomic():
         # A write first: SQLite then takes its write lock at once (waiting for it) instead
         # of failing when a read transaction tries to upgrade.
         Node.objects.filter(pk=node.pk).update(
-            gpu_backend=backend[:20], agent_version=agent_version[:50]
+            gpu_backend=backend[:20], agent_version=agent_version[:50], **host_fields
         )
         refused = _sync_gpus(node, gpus)
     stops = _agent_alive(node, running, outcomes, at, lease, now)
@@ -256,7 +299,17 @@ def _lose_missing(node: Node, listed: set[tuple[int, int]], now: datetime) -> No
     grace covers a heartbeat sent before the job started; a job listed again is no longer
     missing."""
     grace = missing_grace_s()
-    rows = Job.objects.filter(node=node, state=JobState.RUNNING).values_list("id", "attempt")
+    rows = set(Job.objects.filter(node=node, state=JobState.RUNNING).values_list("id", "attempt"))
+    # Members of multi-node jobs on this node that reported their start.
+    rows |= set(
+        JobMember.objects.filter(
+            node=node,
+            rank__gt=0,
+            state=MemberState.RUNNING,
+            job__state=JobState.RUNNING,
+            attempt=F("job__attempt"),
+        ).values_list("job_id", "attempt")
+    )
     try:
         cache.delete_many([f"agents:missing:{job_id}.{attempt}" for job_id, attempt in listed])
     except Exception:
@@ -279,7 +332,9 @@ def _lose_missing(node: Node, listed: set[tuple[int, int]], now: datetime) -> No
                 job = Job.objects.get(pk=job_id)
                 if job.attempt == attempt:
                     requeue_lost(
-                        job, f"node {node.name} no longer runs it; its end was not reported"
+                        job,
+                        f"node {node.name} no longer runs it; its end was not reported",
+                        node_id=node.pk,
                     )
         except (Conflict, Job.DoesNotExist):
             continue
@@ -296,6 +351,19 @@ def _reconcile(node: Node, running: Sequence[Sequence[Any]]) -> list[tuple[int, 
             id__in={job_id for job_id, _ in pids}, node=node, state__in=ACTIVE_STATES
         ).values("id", "attempt", "state")
     }
+    # Members on this node (further members of multi-node jobs too): a member is assigned
+    # while its own start is unconfirmed, whatever the job as a whole is.
+    for job_id, attempt, member_state in JobMember.objects.filter(
+        job_id__in={job_id for job_id, _ in pids},
+        node=node,
+        attempt=F("job__attempt"),
+        job__state__in=ACTIVE_STATES,
+    ).values_list("job_id", "attempt", "state"):
+        live = member_state in (MemberState.ASSIGNED, MemberState.RUNNING)
+        if live:
+            active[(job_id, attempt)] = (
+                JobState.ASSIGNED if member_state == MemberState.ASSIGNED else JobState.RUNNING
+            )
     stops = sorted(key for key in pids if key not in active)
     gpus = {(int(r[0]), int(r[1])): r[3] for r in running if len(r) > 3 and r[3]}
     for key in stops:

@@ -1,28 +1,102 @@
-"""What the control side sends an agent to start a job: one short message per attempt."""
+"""What the control side sends agents to start a job: one short message per member of each
+attempt (one for a single-node job, one per node for a multi-node one)."""
 
 from __future__ import annotations
 
+import os
+import zlib
+from dataclasses import dataclass
 from typing import Any
 
 from django.conf import settings
 
-from fleet.models import Job
+from fleet.models import Job, JobMember, MemberState, Node
 from fleet.services import messaging
 from fleet.services.reaper import start_timeout_s
 from workers.fence import dispatch_token
 
+DEFAULT_RENDEZVOUS_PORTS = "29500-29999"
 
-def start_spec(job: Job) -> dict[str, Any]:
-    """The JSON spec an agent needs to run this attempt (workers.executor.JobSpec fields)."""
+
+@dataclass(frozen=True)
+class Share:
+    """One member of an attempt as a start needs it."""
+
+    rank: int
+    node: Node
+    gpu_indices: tuple[int, ...]
+
+
+def rendezvous_ports() -> tuple[int, int]:
+    """The range master ports are picked from: FLEET_RENDEZVOUS_PORTS, "LOW-HIGH"."""
+    text = getattr(settings, "FLEET_RENDEZVOUS_PORTS", None) or os.environ.get(
+        "FLEET_RENDEZVOUS_PORTS", DEFAULT_RENDEZVOUS_PORTS
+    )
+    try:
+        low, high = (int(part) for part in str(text).split("-", 1))
+    except ValueError as exc:
+        raise ValueError(
+            f"FLEET_RENDEZVOUS_PORTS is {text!r}; give a range of ports such as 29500-29999."
+        ) from exc
+    if not 1024 <= low <= high <= 65535:
+        raise ValueError(
+            f"FLEET_RENDEZVOUS_PORTS is {text!r}; give LOW-HIGH with 1024 <= LOW <= HIGH <= 65535."
+        )
+    return low, high
+
+
+def master_port(job_id: int, attempt: int) -> int:
+    """Rank 0's rendezvous port for one attempt: spread over the range by job and attempt,
+    and the same every time it is computed, so a start sent again names the same port and a
+    requeued attempt moves to another one (its predecessor may still hold the old one)."""
+    low, high = rendezvous_ports()
+    return low + zlib.crc32(f"{job_id}.{attempt}".encode()) % (high - low + 1)
+
+
+def attempt_shares(job: Job) -> list[Share]:
+    """The current attempt's members, rank 0 first. A single-node job has one: its own node
+    and GPUs (so no query is needed for it)."""
+    if not job.is_gang:
+        return [] if job.node is None else [Share(0, job.node, tuple(job.gpu_indices or ()))]
+    rows = list(
+        JobMember.objects.filter(job_id=job.pk, attempt=job.attempt)
+        .select_related("node")
+        .order_by("rank")
+    )
+    return [
+        Share(m.rank, m.node, tuple(int(i) for i in m.gpu_indices or ()))
+        for m in rows
+        if m.node is not None
+    ]
+
+
+def node_address(node: Node) -> str:
+    """How peers reach the node: the address its agent registered, else its name."""
+    return node.address or node.name
+
+
+def start_spec(
+    job: Job, share: Share | None = None, shares: list[Share] | None = None
+) -> dict[str, Any]:
+    """The JSON spec an agent needs to run one member of this attempt (workers.executor
+    JobSpec fields). Without `share`, rank 0 on the job's own node."""
+    if shares is None:
+        shares = attempt_shares(job)
+    if share is None:
+        share = shares[0] if shares else Share(0, job.node, tuple(job.gpu_indices or ()))  # type: ignore[arg-type]
+    hosts = [node_address(s.node) for s in shares] or [node_address(share.node)]
     return {
         "name": job.name,
         "command": job.command,
         "env": dict(job.env or {}),
         "workdir": job.workdir or None,
-        "gpu_indices": list(job.gpu_indices or []),
+        "gpu_indices": list(share.gpu_indices),
         "time_limit": job.time_limit,
         "gpu_memory_mb": job.gpu_memory_mb,
         "gpu_compute_percent": job.gpu_compute_percent,
+        # Host resources this member may use on its node (0: not asked).
+        "cpus": job.cpus,
+        "memory_mb": job.memory_mb,
         # The control side keeps stopped jobs' GPUs reserved for this long (releases.py).
         "grace": settings.FLEET_JOB_GRACE,
         # Tells a redelivered start (same dispatch) from a new one that reuses the job id
@@ -31,19 +105,44 @@ def start_spec(job: Job) -> dict[str, Any]:
         # The agent maps these to the local account the job runs as (FLEET_JOB_USER_MAP).
         "user": job.owner.username,
         "team": job.team.slug,
+        # How the members find each other (torch.distributed and the like): the agent puts
+        # MASTER_ADDR, MASTER_PORT, WORLD_SIZE, NODE_RANK, ... in the job's environment.
+        "rendezvous": {
+            "rank": share.rank,
+            "nnodes": len(hosts),
+            "gpus_per_node": max(1, len(share.gpu_indices)) if job.gpus else 1,
+            "world_size": job.gpus or 1,
+            "master_addr": hosts[0],
+            "master_port": master_port(job.pk, job.attempt),
+            "hosts": hosts,
+        },
     }
 
 
-def send_start_on_commit(job: Job) -> None:
-    """After the dispatch transition commits, ask the job's node to start this attempt."""
+def send_start_on_commit(job: Job, *, only_waiting: bool = False) -> None:
+    """After the dispatch transition commits, ask each member's node to start its share of
+    this attempt. With `only_waiting`, members that already reported their start are left
+    out (a start sent again)."""
     assert job.node is not None, "dispatch sets the node before the start message is sent"
-    messaging.send_to_node_on_commit(
-        job.node.name,
-        messaging.START_JOB_TASK,
-        # A start is good only while the control side waits for it: past the start timeout
-        # the reaper takes it back, and it may be dispatched elsewhere.
-        ttl=start_timeout_s(),
-        job_id=job.pk,
-        attempt=job.attempt,
-        spec=start_spec(job),
-    )
+    shares = attempt_shares(job)
+    if only_waiting and job.is_gang:
+        started = set(
+            JobMember.objects.filter(job_id=job.pk, attempt=job.attempt)
+            .exclude(state=MemberState.ASSIGNED)
+            .values_list("rank", flat=True)
+        )
+    else:
+        started = set()
+    for share in shares:
+        if share.rank in started:
+            continue
+        messaging.send_to_node_on_commit(
+            share.node.name,
+            messaging.START_JOB_TASK,
+            # A start is good only while the control side waits for it: past the start
+            # timeout the reaper takes it back, and it may be dispatched elsewhere.
+            ttl=start_timeout_s(),
+            job_id=job.pk,
+            attempt=job.attempt,
+            spec=start_spec(job, share, shares),
+        )

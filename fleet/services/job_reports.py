@@ -17,12 +17,16 @@ from collections.abc import Mapping
 from typing import Any
 
 from django.db import transaction
+from django.db.models import F, Value
+from django.db.models.functions import Coalesce
+from django.utils import timezone
 
 from fleet.errors import Conflict
-from fleet.models import Job, JobState, Node
+from fleet.models import Job, JobMember, JobState, MemberState, Node
 from fleet.models.jobs import ACTIVE_STATES
 from fleet.services import messaging
 from fleet.services.job_states import SYSTEM, Actor, job_record_ignored, job_transition
+from fleet.services.members import ENDED, LIVE, STARTED, members_stop_on_commit
 from fleet.services.releases import gpu_release_done
 
 log = logging.getLogger(__name__)
@@ -48,8 +52,9 @@ GIVEN_UP = (JobState.LOST, JobState.PENDING, JobState.HELD)
 RETRIES = 3
 
 
-def requeue_lost(job: Job, reason: str) -> None:
-    """The attempt is lost: requeue the job, or fail it once it used up its requeues."""
+def requeue_lost(job: Job, reason: str, *, node_id: int | None = None) -> None:
+    """The attempt is lost (its member on `node_id` is gone): requeue the job, or fail it
+    once it used up its requeues. Every other member of a multi-node attempt is stopped."""
     lost = job_transition(
         job_id=job.pk, action="lose", actor=SYSTEM, reason=reason, attempt=job.attempt
     )
@@ -69,6 +74,7 @@ def requeue_lost(job: Job, reason: str) -> None:
             reason=f"{reason}; not requeued: it was requeued {lost.requeues} times already",
             attempt=job.attempt,
         )
+    members_stop_on_commit(job=lost, attempt=job.attempt, reason=reason, gone_node_id=node_id)
 
 
 def job_report_apply(
@@ -89,8 +95,8 @@ def job_report_apply(
         log.warning("node %s reported unknown state %r for job %s", node.name, state, job_id)
         return False
     if state != "running":
-        # Whatever else this report means, the attempt's process is gone.
-        gpu_release_done(job_id=job_id, attempt=attempt)
+        # Whatever else this report means, the attempt's process on this node is gone.
+        gpu_release_done(job_id=job_id, attempt=attempt, node_id=node.pk)
     for _ in range(RETRIES):
         try:
             applied = _apply(node, actor, job_id, attempt, state, pid, exit_code, reason)
@@ -120,12 +126,14 @@ def _apply(
 ) -> bool:
     current = (
         Job.objects.filter(id=job_id)
-        .values("state", "attempt", "node_id", "attempt_node_id")
+        .values("state", "attempt", "node_id", "attempt_node_id", "gpus", "gpus_per_node")
         .first()
     )
     if current is None:
         log.info("node %s reported %s for unknown job %s", node.name, state, job_id)
         return False
+    if current["gpus_per_node"] and current["gpus"] > current["gpus_per_node"]:
+        return _apply_gang(node, actor, job_id, attempt, state, pid, exit_code, reason)
     if state == "succeeded" and _given_up_here(current, node, attempt):
         job_transition(
             job_id=job_id,
@@ -150,11 +158,16 @@ def _apply(
         return False
     if state == "lost":
         with transaction.atomic():
-            requeue_lost(Job.objects.get(pk=job_id), f"stopped on node {node.name}: {reason}")
+            requeue_lost(
+                Job.objects.get(pk=job_id),
+                f"stopped on node {node.name}: {reason}",
+                node_id=node.pk,
+            )
         return True
     if state == "cancelled":
         reason = f"stopped on node {node.name}: {reason or 'cancelled'}"
     with transaction.atomic():
+        _member_report(job_id, attempt, node, state, pid, exit_code)
         for action in REPORT_ACTIONS[state]:
             if action == "start" and current["state"] != JobState.ASSIGNED:
                 continue
@@ -172,6 +185,150 @@ def _apply(
                 attempt=attempt,
                 fields=fields,
             )
+    return True
+
+
+def _member_report(
+    job_id: int, attempt: int, node: Node, state: str, pid: int | None, exit_code: int | None
+) -> int:
+    """Record a report on the member row of this node (if the attempt has one): "running"
+    marks it started; any end marks it ended. Returns how many rows changed (0 for a
+    duplicate or a report for a member that has already ended)."""
+    now = timezone.now()
+    member = JobMember.objects.filter(job_id=job_id, attempt=attempt, node=node)
+    if state == "running":
+        return member.filter(state=MemberState.ASSIGNED).update(
+            state=MemberState.RUNNING, pid=pid, started_at=now
+        )
+    changes: dict[str, Any] = {
+        "state": MemberState.SUCCEEDED if state == "succeeded" else MemberState.FAILED,
+        "exit_code": 0 if state == "succeeded" else exit_code,
+        "started_at": Coalesce(F("started_at"), Value(now)),
+        "finished_at": now,
+    }
+    if pid:
+        changes["pid"] = pid
+    return member.filter(state__in=LIVE).update(**changes)
+
+
+# A member's end -> what becomes of the whole job.
+GANG_ENDS: dict[str, tuple[str, ...]] = {
+    "failed": ("fail",),
+    "cancelled": ("fail",),
+    "timeout": ("start", "time_out"),
+    "preempted": ("preempt",),
+}
+
+
+def _apply_gang(
+    node: Node,
+    actor: Actor,
+    job_id: int,
+    attempt: int,
+    state: str,
+    pid: int | None,
+    exit_code: int | None,
+    reason: str,
+) -> bool:
+    """One member's report for a multi-node job. Reports of one job are applied one at a
+    time (the job's row is locked), so two members that start at once cannot both see the
+    other still waiting."""
+    with transaction.atomic():
+        job = Job.objects.select_for_update().filter(id=job_id).first()
+        if job is None:
+            return False
+        member = JobMember.objects.filter(job_id=job_id, attempt=attempt, node=node).first()
+        why = ""
+        if member is None:
+            why = "the attempt has no member on this node"
+        elif job.attempt != attempt:
+            why = f"the job is on attempt {job.attempt}"
+        elif state == "succeeded" and job.state in GIVEN_UP:
+            return _gang_late_success(job, member, actor)
+        elif job.state not in ACTIVE_STATES:
+            why = f"the job is already {job.state}"
+        elif member.state in ENDED:
+            why = f"member {member.rank} has already ended ({member.state})"
+        elif state == "running" and member.state != MemberState.ASSIGNED:
+            why = f"member {member.rank} is already running"
+        if why or member is None:
+            job_record_ignored(job_id=job_id, action=state, actor=actor, attempt=attempt, why=why)
+            return False
+        _member_report(job_id, attempt, node, state, pid, exit_code)
+        members = list(JobMember.objects.filter(job_id=job_id, attempt=attempt))
+        started = all(m.state in STARTED for m in members)
+        where = f"member {member.rank} on node {node.name}"
+        if state in ("running", "succeeded"):
+            if started and job.state == JobState.ASSIGNED:
+                rank0 = next((m for m in members if m.rank == 0), None)
+                job_transition(
+                    job_id=job_id,
+                    action="start",
+                    actor=actor,
+                    reason=f"all {len(members)} members started",
+                    attempt=attempt,
+                    fields={"pid": rank0.pid} if rank0 and rank0.pid else {},
+                )
+            if all(m.state == MemberState.SUCCEEDED for m in members):
+                job_transition(
+                    job_id=job_id,
+                    action="succeed",
+                    actor=actor,
+                    reason=f"all {len(members)} members succeeded",
+                    attempt=attempt,
+                    fields={"exit_code": 0},
+                )
+            return True
+        text = f"{where} {state}" + (f": {reason}" if reason else "")
+        if state == "lost":
+            requeue_lost(job, text, node_id=node.pk)
+            return True
+        for action in GANG_ENDS[state]:
+            current = Job.objects.filter(id=job_id).values_list("state", flat=True).first()
+            if action == "start" and current != JobState.ASSIGNED:
+                continue
+            fields: dict[str, Any] = (
+                {} if action in ("start", "preempt") else {"exit_code": exit_code}
+            )
+            job_transition(
+                job_id=job_id,
+                action=action,
+                actor=actor,
+                reason="running (its start report came later)" if action == "start" else text,
+                attempt=attempt,
+                fields=fields,
+            )
+        # The job is over as one: stop every member still on its node.
+        members_stop_on_commit(job=job, attempt=attempt, reason=text, gone_node_id=node.pk)
+    return True
+
+
+def _gang_late_success(job: Job, member: JobMember, actor: Actor) -> bool:
+    """A member succeeded after the control side gave its attempt up: the job's work is done
+    only if every member of that attempt succeeded."""
+    JobMember.objects.filter(pk=member.pk).exclude(state=MemberState.SUCCEEDED).update(
+        state=MemberState.SUCCEEDED, exit_code=0, finished_at=timezone.now()
+    )
+    states = set(
+        JobMember.objects.filter(job_id=job.pk, attempt=job.attempt).values_list("state", flat=True)
+    )
+    if states != {MemberState.SUCCEEDED}:
+        job_record_ignored(
+            job_id=job.pk,
+            action="succeeded",
+            actor=actor,
+            attempt=job.attempt,
+            why=f"member {member.rank} succeeded after the job was given up; not every member did",
+        )
+        return False
+    job_transition(
+        job_id=job.pk,
+        action="succeed_late",
+        actor=actor,
+        reason="every member succeeded after the job had been given up; not run again",
+        attempt=job.attempt,
+        fields={"exit_code": 0},
+    )
     return True
 
 

@@ -18,7 +18,7 @@ from django.db import transaction
 from django.utils import timezone
 
 from fleet.errors import Conflict, NotFound
-from fleet.models import Job, JobEvent, JobState
+from fleet.models import Job, JobEvent, JobMember, JobState
 from fleet.models.jobs import ActorKind
 from fleet.services.fences import fence_on_commit
 
@@ -228,6 +228,8 @@ class Dispatch:
     node_id: int
     gpu_indices: tuple[int, ...]
     reason: str
+    # Ranks 1.. of a multi-node placement: (node id, GPU indices) each.
+    members: tuple[tuple[int, tuple[int, ...]], ...] = ()
 
 
 def job_dispatch_many(*, dispatches: list[Dispatch], actor: Actor) -> list[Job]:
@@ -237,7 +239,9 @@ def job_dispatch_many(*, dispatches: list[Dispatch], actor: Actor) -> list[Job]:
     The same compare-and-swap as `job_transition`, with the expected state and attempt taken
     from the decision instead of read first: one UPDATE per job, one INSERT for all events
     and one SELECT for the results. A job that is no longer pending on that attempt is left
-    alone and is absent from the result. Call inside a transaction.
+    alone and is absent from the result. Every job that moves gets its member rows (rank 0
+    on its own node, then one per further node), in the same INSERT for all. Call inside a
+    transaction.
     """
     transition = TRANSITIONS["dispatch"]
     now = timezone.now()
@@ -267,6 +271,17 @@ def job_dispatch_many(*, dispatches: list[Dispatch], actor: Actor) -> list[Job]:
             actor=actor.name,
         )
         for d in moved
+    )
+    JobMember.objects.bulk_create(
+        JobMember(
+            job_id=d.job_id,
+            attempt=d.attempt + 1,
+            rank=rank,
+            node_id=node_id,
+            gpu_indices=list(indices),
+        )
+        for d in moved
+        for rank, (node_id, indices) in enumerate(((d.node_id, d.gpu_indices), *d.members))
     )
     jobs = list(
         Job.objects.select_related("node", "owner", "team").filter(id__in=[d.job_id for d in moved])

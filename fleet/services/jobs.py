@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 from dataclasses import dataclass
 from typing import Any
@@ -15,6 +16,7 @@ from fleet.models.jobs import PRIORITY_MAX, PRIORITY_MIN, ActorKind, Qos
 from fleet.services import messaging
 from fleet.services.access import can_manage_job
 from fleet.services.job_states import Actor, job_transition
+from fleet.services.members import attempt_has_members, members_stop_on_commit
 from fleet.services.releases import gpu_release_hold
 from scheduler.cycle.admission import admit
 
@@ -41,6 +43,18 @@ class JobRequest:
     qos: str = Qos.NORMAL
     preemptible: bool = False
     max_requeues: int = 3
+    # A multi-node job: gpus in all (or nodes x gpus_per_node), gpus_per_node on each node.
+    gpus_per_node: int | None = None
+    nodes: int | None = None
+    # Host CPU cores and memory per node; None takes the team's per-GPU defaults.
+    cpus: int | None = None
+    memory_mb: int | None = None
+    same_group: bool = False
+
+
+# What one node's share of a job may ask of its host (the columns hold more).
+MAX_CPUS = 65_536
+MAX_MEMORY_MB = 2**31 - 1
 
 
 def _field_error(field: str, message: str) -> ApplicationError:
@@ -104,9 +118,43 @@ def _validate_request(req: JobRequest, team: Team) -> dict[str, Any]:
             "Put long scripts in a file and run that file.",
         )
     fraction = req.gpu_memory_mb is not None or req.gpu_compute_percent is not None
-    gpus = req.gpus if req.gpus is not None else (0 if fraction else 1)
+    per_node = req.gpus_per_node or 0
+    if per_node < 0:
+        raise _field_error("gpus_per_node", "gpus_per_node cannot be negative.")
+    gpus = req.gpus if req.gpus is not None else (0 if fraction else per_node or 1)
+    if req.nodes is not None:
+        if not per_node:
+            raise _field_error(
+                "nodes",
+                "nodes needs gpus_per_node: say how many GPUs the job takes on each node "
+                "(it gets nodes x gpus_per_node GPUs in all).",
+            )
+        if req.nodes < 1:
+            raise _field_error("nodes", "nodes must be 1 or more.")
+        total = req.nodes * per_node
+        if req.gpus is not None and req.gpus != total:
+            raise _field_error(
+                "gpus",
+                f"gpus {req.gpus} is not nodes x gpus_per_node ({req.nodes} x {per_node} = "
+                f"{total}); give gpus or nodes, not both.",
+            )
+        gpus = total
     if gpus < 0:
         raise _field_error("gpus", "gpus cannot be negative.")
+    if per_node and (fraction or gpus == 0):
+        raise _field_error(
+            "gpus_per_node",
+            "A job spread over nodes takes whole GPUs; gpus_per_node cannot go with a "
+            "fraction of one GPU (gpu_memory_mb, gpu_compute_percent).",
+        )
+    if per_node and gpus % per_node:
+        lower, upper = gpus - gpus % per_node, gpus - gpus % per_node + per_node
+        hint = f"ask for {lower} or {upper}" if lower else f"ask for {upper}"
+        raise _field_error(
+            "gpus",
+            f"gpus ({gpus}) must be a multiple of gpus_per_node ({per_node}), one share per "
+            f"node: {hint}.",
+        )
     if gpus >= 1 and fraction:
         raise _field_error(
             "gpus",
@@ -156,6 +204,7 @@ def _validate_request(req: JobRequest, team: Team) -> dict[str, Any]:
             "gpus",
             f"needs {demand} GPUs; team {team.slug} caps each member at {team.user_gpu_cap}.",
         )
+    cpus, memory_mb = _host_request(req, team, gpus=gpus, per_node=per_node)
     return {
         "name": req.name.strip()[:200],
         "command": req.command,
@@ -171,7 +220,31 @@ def _validate_request(req: JobRequest, team: Team) -> dict[str, Any]:
         "qos": req.qos,
         "preemptible": req.preemptible,
         "max_requeues": req.max_requeues,
+        "gpus_per_node": per_node,
+        "cpus": cpus,
+        "memory_mb": memory_mb,
+        "same_group": req.same_group,
     }
+
+
+def _host_request(req: JobRequest, team: Team, *, gpus: int, per_node: int) -> tuple[int, int]:
+    """CPU cores and host memory (MB) the job gets on each node: what it asks, or the team's
+    defaults per GPU on that node (a fraction of one GPU: per its compute share)."""
+    if req.cpus is not None and not 0 <= req.cpus <= MAX_CPUS:
+        raise _field_error("cpus", f"cpus must be between 0 and {MAX_CPUS} cores per node.")
+    if req.memory_mb is not None and not 0 <= req.memory_mb <= MAX_MEMORY_MB:
+        raise _field_error(
+            "memory_mb", f"memory_mb must be between 0 and {MAX_MEMORY_MB} MB per node."
+        )
+    if gpus:
+        share = float(per_node if per_node and gpus > per_node else gpus)
+    else:
+        share = (req.gpu_compute_percent or 0) / 100
+    cpus = req.cpus if req.cpus is not None else math.ceil(team.cpus_per_gpu * share)
+    memory_mb = (
+        req.memory_mb if req.memory_mb is not None else math.ceil(team.memory_mb_per_gpu * share)
+    )
+    return min(cpus, MAX_CPUS), min(memory_mb, MAX_MEMORY_MB)
 
 
 def job_validate(*, user: Any, request: JobRequest) -> tuple[Team, dict[str, Any]]:
@@ -208,9 +281,16 @@ def _require_manager(user: Any, job: Job, verb: str) -> None:
 
 
 def stop_previous_attempt(job: Job, reason: str) -> None:
-    """After a transition away from assigned/running, tell the node to stop that attempt,
-    and keep its GPUs busy for the scheduler until the attempt has ended."""
-    if job.previous_node_id and job.previous_state in (JobState.ASSIGNED, JobState.RUNNING):
+    """After a transition away from assigned/running, tell the node of each member of that
+    attempt to stop it, and keep what it holds busy for the scheduler until it has ended
+    (every node of a multi-node job; the job's own node for one dispatched before members
+    were recorded)."""
+    if job.previous_state not in (JobState.ASSIGNED, JobState.RUNNING):
+        return
+    if attempt_has_members(job_id=job.pk, attempt=job.previous_attempt):
+        members_stop_on_commit(job=job, attempt=job.previous_attempt, reason=reason)
+        return
+    if job.previous_node_id:
         gpu_release_hold(job=job)
         node_name = Node.objects.filter(id=job.previous_node_id).values_list("name", flat=True)
         for name in node_name:

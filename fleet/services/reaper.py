@@ -9,7 +9,11 @@ silent or starts go unconfirmed (design rules 1 and 7).
 - A start not confirmed after `FLEET_START_RESEND` seconds is sent again (the first may
   have been lost with a control worker killed between commit and send; the agent starts an
   attempt once, however often it is asked); after `FLEET_START_TIMEOUT` the job goes back
-  to the queue and its start is fenced.
+  to the queue and its start is fenced. A multi-node job waits for every member: a start
+  is sent again to each member not yet started, and one member that does not start in
+  time sends the whole job back, every member stopped.
+- A multi-node job with a member on a node whose lease ran out is lost whole: its members
+  on other nodes are stopped there.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ from fleet.services import messaging
 from fleet.services.job_reports import requeue_lost
 from fleet.services.job_states import SYSTEM, job_transition
 from fleet.services.jobs import stop_previous_attempt
+from fleet.services.members import on_node
 from fleet.services.releases import gpu_release_prune
 
 log = logging.getLogger(__name__)
@@ -104,11 +109,17 @@ def _lose_jobs_of_expired_leases(now: datetime) -> int:
     for node in Node.objects.filter(state=NodeState.DOWN):
         if node.last_heartbeat is not None and now < node.last_heartbeat + lost_after(node):
             continue  # its jobs may still run until its lease is surely over
-        jobs = Job.objects.filter(node=node, state__in=ACTIVE_STATES).only("id", "attempt")
+        # Every job with a member there: a multi-node job is lost whole, its other members
+        # stopped on their nodes.
+        jobs = (
+            Job.objects.filter(on_node(node), state__in=ACTIVE_STATES)
+            .distinct()
+            .only("id", "attempt", "gpus", "gpus_per_node", "cpus", "memory_mb")
+        )
         for job in jobs:
             try:
                 with transaction.atomic():
-                    requeue_lost(job, f"node {node.name} went down")
+                    requeue_lost(job, f"node {node.name} went down", node_id=node.pk)
                 lost += 1
             except Conflict:
                 continue  # its state changed meanwhile (a report arrived): nothing to do
@@ -135,7 +146,7 @@ def _resend_unconfirmed_starts(now: datetime) -> int:
         except Exception:
             pass  # no cache: sending again is harmless
         with transaction.atomic():
-            send_start_on_commit(job)
+            send_start_on_commit(job, only_waiting=True)
         sent += 1
     return sent
 

@@ -22,10 +22,30 @@ REPORT_MARGIN_S = 15.0
 
 
 def gpu_release_hold(*, job: Job, now: datetime | None = None) -> GpuRelease | None:
-    """Keep the GPUs of the attempt that `job` just left busy until that attempt ends."""
+    """Keep the GPUs of the attempt that `job` just left busy until that attempt ends (its
+    rank 0 member; fleet.services.members holds every member of a multi-node attempt)."""
     if not job.previous_node_id or not job.previous_gpu_indices:
         return None
-    node_state = Node.objects.filter(id=job.previous_node_id).values_list("state", flat=True)
+    return gpu_release_hold_member(
+        job=job,
+        attempt=job.previous_attempt,
+        node_id=job.previous_node_id,
+        gpu_indices=job.previous_gpu_indices,
+        now=now,
+    )
+
+
+def gpu_release_hold_member(
+    *,
+    job: Job,
+    attempt: int,
+    node_id: int,
+    gpu_indices: Iterable[int],
+    now: datetime | None = None,
+) -> GpuRelease | None:
+    """Keep one member's GPUs, CPU cores and host memory on its node busy until that
+    member's process has ended."""
+    node_state = Node.objects.filter(id=node_id).values_list("state", flat=True)
     if not node_state or node_state[0] == NodeState.DOWN:
         return None  # a down node schedules nothing; its agent reconciles when it returns
     now = now or timezone.now()
@@ -33,17 +53,19 @@ def gpu_release_hold(*, job: Job, now: datetime | None = None) -> GpuRelease | N
     try:
         with transaction.atomic():
             return GpuRelease.objects.create(
-                node_id=job.previous_node_id,
+                node_id=node_id,
                 job=job,
-                attempt=job.previous_attempt,
-                gpu_indices=list(job.previous_gpu_indices),
+                attempt=attempt,
+                gpu_indices=[int(i) for i in gpu_indices],
                 gpus=job.gpus,
                 gpu_memory_mb=job.gpu_memory_mb,
                 gpu_compute_percent=job.gpu_compute_percent,
+                cpus=job.cpus,
+                memory_mb=job.memory_mb,
                 expires_at=expires,
             )
     except IntegrityError:
-        return None  # this attempt is already being released
+        return None  # this member is already being released
 
 
 def gpu_release_hold_running(
@@ -57,7 +79,11 @@ def gpu_release_hold_running(
     """The node still runs an attempt the control side no longer assigns to it (a node back
     from down, a stop not yet carried out): keep its GPUs busy until a heartbeat no longer
     lists it. Each heartbeat that lists it again extends the hold."""
-    job = Job.objects.filter(pk=job_id).only("gpus", "gpu_memory_mb", "gpu_compute_percent").first()
+    job = (
+        Job.objects.filter(pk=job_id)
+        .only("gpus", "gpu_memory_mb", "gpu_compute_percent", "cpus", "memory_mb")
+        .first()
+    )
     if job is None:
         return
     now = now or timezone.now()
@@ -65,7 +91,9 @@ def gpu_release_hold_running(
         seconds=float(settings.FLEET_JOB_GRACE) + REPORT_MARGIN_S + node.heartbeat_timeout
     )
     indices = [int(i) for i in gpu_indices]
-    if GpuRelease.objects.filter(job_id=job_id, attempt=attempt).update(expires_at=expires):
+    if GpuRelease.objects.filter(job_id=job_id, attempt=attempt, node=node).update(
+        expires_at=expires
+    ):
         return
     try:
         with transaction.atomic():
@@ -77,15 +105,21 @@ def gpu_release_hold_running(
                 gpus=job.gpus,
                 gpu_memory_mb=job.gpu_memory_mb,
                 gpu_compute_percent=job.gpu_compute_percent,
+                cpus=job.cpus,
+                memory_mb=job.memory_mb,
                 expires_at=expires,
             )
     except IntegrityError:
         pass  # made meanwhile by another heartbeat
 
 
-def gpu_release_done(*, job_id: int, attempt: int) -> int:
-    """The agent reported that the attempt ended: its GPUs are free."""
-    return GpuRelease.objects.filter(job_id=job_id, attempt=attempt).delete()[0]
+def gpu_release_done(*, job_id: int, attempt: int, node_id: int | None = None) -> int:
+    """The agent of `node_id` reported that its member of the attempt ended: what it held
+    there is free (None: on every node)."""
+    held = GpuRelease.objects.filter(job_id=job_id, attempt=attempt)
+    if node_id is not None:
+        held = held.filter(node_id=node_id)
+    return held.delete()[0]
 
 
 def gpu_release_reconcile(*, node: Node, running: Iterable[tuple[int, int]]) -> int:

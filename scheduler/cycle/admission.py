@@ -2,14 +2,21 @@
 
 Every registered node counts, down or draining ones too (they come back). With no GPU
 registered yet every request is accepted: the fleet may still be coming up.
+
+The GPU checks run on one node's share of the job (a multi-node job's `gpus_per_node`);
+what only a spread job or host resources can hit is checked here too: enough nodes with
+that share, in one topology group when the job asks for it, and CPU cores and host memory
+on each node (a node that does not report them limits nothing). Team limits on the whole
+job are checked by fleet.services.jobs.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from fleet.errors import ApplicationError
-from fleet.models import Gpu, Team
+from fleet.models import Gpu, Node, Team
 from scheduler.core.admission import admission_error
 from scheduler.core.model import GpuState, NodeState, PendingJob, TeamState
 
@@ -23,13 +30,92 @@ _FIELDS = (
 
 
 def fleet_nodes() -> tuple[NodeState, ...]:
-    """Every node's GPUs, as admission sees them (what is free does not matter)."""
+    """Every node's GPUs, host CPUs, memory and group, as admission sees them (what is free
+    does not matter)."""
     gpus: dict[int, list[GpuState]] = {}
     for node_id, index, model, memory in Gpu.objects.values_list(
         "node_id", "index", "model", "memory_mb"
     ):
         gpus.setdefault(node_id, []).append(GpuState(index, model, memory, memory))
-    return tuple(NodeState(str(node_id), tuple(g)) for node_id, g in gpus.items())
+    hosts = {
+        row[0]: row[1:]
+        for row in Node.objects.filter(id__in=list(gpus)).values_list(
+            "id", "name", "cpus", "memory_mb", "group"
+        )
+    }
+    return tuple(
+        NodeState(
+            hosts[node_id][0],
+            tuple(g),
+            cpus=hosts[node_id][1],
+            memory_mb=hosts[node_id][2],
+            group=hosts[node_id][3],
+        )
+        for node_id, g in gpus.items()
+        if node_id in hosts
+    )
+
+
+def _size(mb: int) -> str:
+    return f"{mb // 1024} GB" if mb % 1024 == 0 else f"{mb} MB"
+
+
+def host_error(job: PendingJob, nodes: tuple[NodeState, ...]) -> tuple[str, str] | None:
+    """(field, sentence) when no node offers the CPU cores or host memory one member asks
+    for, or too few nodes (in one group, when required) can take a member; else None."""
+    sized = [n for n in nodes if n.cpus is not None]
+    if job.cpus and sized and all(job.cpus > (n.cpus or 0) for n in sized):
+        most = max(n.cpus or 0 for n in sized)
+        where = "on each node" if job.nodes > 1 else ""
+        return (
+            "cpus",
+            f"needs {job.cpus} CPU cores{' ' + where if where else ''}; the largest node offers {most}",
+        )
+    sized = [n for n in nodes if n.memory_mb is not None]
+    if job.memory_mb and sized and all(job.memory_mb > (n.memory_mb or 0) for n in sized):
+        most = max(n.memory_mb or 0 for n in sized)
+        where = " on each node" if job.nodes > 1 else ""
+        return (
+            "memory_mb",
+            f"needs {_size(job.memory_mb)} of host memory{where}; the largest node has "
+            f"{_size(most)}",
+        )
+    if job.nodes <= 1:
+        return None
+    share = job.gpus_on_each_node
+    fits = [n for n in nodes if _takes_member(job, n, share)]
+    groups: dict[str, int] = {}
+    for node in fits:
+        groups[node.group] = groups.get(node.group, 0) + 1
+    if job.same_group:
+        best = max(groups.items(), key=lambda item: item[1], default=("", 0))
+        if best[1] < job.nodes:
+            return (
+                "nodes",
+                f"needs {job.nodes} nodes with {share} free GPUs each in one group; the "
+                f"largest group ({best[0] or 'no group'}) has {best[1]}",
+            )
+    elif len(fits) < job.nodes:
+        return (
+            "nodes",
+            f"needs {job.nodes} nodes with {share} GPUs each; the fleet has {len(fits)}",
+        )
+    return None
+
+
+def _takes_member(job: PendingJob, node: NodeState, share: int) -> bool:
+    """Whether the node could ever hold one member of the job."""
+    matching = [
+        g
+        for g in node.gpus
+        if (job.gpu_model is None or g.model == job.gpu_model)
+        and g.memory_mb >= (job.min_gpu_memory_mb or 0)
+    ]
+    return (
+        len(matching) >= share
+        and (node.cpus is None or job.cpus <= node.cpus)
+        and (node.memory_mb is None or job.memory_mb <= node.memory_mb)
+    )
 
 
 def team_state(team: Team) -> TeamState:
@@ -60,12 +146,21 @@ def pending_job(values: dict[str, Any], team: Team, user: str, *, job_id: int = 
         qos=values.get("qos", "normal"),
         preemptible=values.get("preemptible", False),
         name=values.get("name", ""),
+        gpus_per_node=values.get("gpus_per_node", 0),
+        cpus=values.get("cpus", 0),
+        memory_mb=values.get("memory_mb", 0),
+        same_group=values.get("same_group", False),
     )
 
 
 def _field_for(message: str, job: PendingJob) -> str:
     if message.startswith("asks for") and job.gpus == 0:
         return "gpu_compute_percent" if " % " in message else "gpu_memory_mb"
+    for needle, name in (("host memory", "memory_mb"), ("CPU cores", "cpus")):
+        if needle in message:
+            return name
+    if job.nodes > 1 and ("nodes with" in message or "topology group" in message):
+        return "nodes"
     for prefix, name in _FIELDS:
         if message.startswith(prefix):
             return name
@@ -90,8 +185,18 @@ def admit(values: dict[str, Any], team: Team, user: str) -> dict[str, Any]:
             raise ApplicationError(message, {"fields": {"gpu_model": [message]}})
         values = {**values, "gpu_model": canonical}
     job = pending_job(values, team, user)
-    error = admission_error(job, nodes, team_state(team))
+    # The GPU checks on one node's share; the whole job's team limits are checked on submit.
+    member = replace(job, gpus=job.gpus_on_each_node, gpus_per_node=0) if job.nodes > 1 else job
+    error = admission_error(member, nodes, None if job.nodes > 1 else team_state(team))
     if error is not None:
         field = _field_for(error, job)
         raise ApplicationError(error, {"fields": {field: [error]}})
+    host = host_error(job, nodes)
+    if host is not None:
+        field, error = host
+        raise ApplicationError(_sentence(error), {"fields": {field: [_sentence(error)]}})
     return values
+
+
+def _sentence(text: str) -> str:
+    return text if text.endswith(".") else f"{text}."

@@ -1,8 +1,10 @@
 """Apply a plan: every decision is a compare-and-swap through the job state machine.
 
-A decision is checked again against the database before it is applied: the node must
-still be up, the GPUs still free, and the job still on the attempt the snapshot read (the
-state machine fences on it). A decision whose preconditions changed is skipped, never
+A decision is checked again against the database before it is applied: every node of the
+placement must still be up, its GPUs, CPU cores and host memory still free, and the job
+still on the attempt the snapshot read (the state machine fences on it). A multi-node
+placement is booked whole, with one member row per node, in the same transaction as the
+job's dispatch, and one start per member leaves on commit. A decision whose preconditions changed is skipped, never
 forced; the next cycle decides again from fresh data. Placements are applied in batches
 (one conditional UPDATE per job, one INSERT of their events); a job that moved meanwhile is
 simply not updated. Start and stop messages leave on commit.
@@ -27,8 +29,16 @@ from fleet.services import messaging
 from fleet.services.dispatch import send_start_on_commit
 from fleet.services.job_states import SCHEDULER, Dispatch, job_dispatch_many, job_transition
 from fleet.services.jobs import stop_previous_attempt
-from scheduler.core.model import FULL_COMPUTE, GpuState, PendingJob, Place, Plan, Preempt
-from scheduler.cycle.snapshot import DbSnapshot
+from scheduler.core.model import (
+    FULL_COMPUTE,
+    GpuState,
+    NodeState,
+    PendingJob,
+    Place,
+    Plan,
+    Preempt,
+)
+from scheduler.cycle.snapshot import DbSnapshot, gang_members
 
 log = logging.getLogger(__name__)
 
@@ -48,15 +58,32 @@ class Outcome:
 
 
 class _Occupancy:
-    """What assigned and running jobs hold on each GPU now, per the database."""
+    """What assigned and running jobs (every member) and stopping attempts hold on each GPU
+    and each node's host CPUs and memory now, per the database."""
 
     def __init__(self) -> None:
         self.used: dict[tuple[int, int], list[int]] = {}
-        fields = ("node_id", "gpu_indices", "gpus", "gpu_memory_mb", "gpu_compute_percent")
-        rows = list(Job.objects.filter(state__in=ACTIVE_STATES).values_list(*fields))
+        self.host: dict[int, list[int]] = {}
+        fields = (
+            "node_id", "gpu_indices", "gpus", "gpu_memory_mb", "gpu_compute_percent", "cpus",
+            "memory_mb",
+        )  # fmt: skip
+        active = list(
+            Job.objects.filter(state__in=ACTIVE_STATES).values_list(
+                "id", "attempt", "gpus_per_node", *fields
+            )
+        )
+        rows = [row[3:] for row in active]
+        gangs = {r[0]: r[1] for r in active if r[2] and r[5] > r[2]}
+        by_job = {r[0]: r for r in active}
+        for job_id, members in gang_members(gangs).items():
+            job = by_job[job_id]
+            for _, node_id, indices in members:
+                rows.append((node_id, indices, *job[5:]))
         # GPUs that stopping attempts still hold count as taken (fleet.services.releases).
         rows += GpuRelease.objects.filter(expires_at__gt=timezone.now()).values_list(*fields)
-        for node_id, indices, gpus, mem, comp in rows:
+        for node_id, indices, gpus, mem, comp, cpus, memory_mb in rows:
+            self.add_host(node_id, cpus, memory_mb)
             for index in indices or ():
                 self.add(node_id, int(index), gpus, mem, comp)
 
@@ -67,6 +94,11 @@ class _Occupancy:
         else:
             slot[0] += mem or 0
             slot[1] += comp or 0
+
+    def add_host(self, node_id: int, cpus: int, memory_mb: int) -> None:
+        taken = self.host.setdefault(node_id, [0, 0])
+        taken[0] += cpus or 0
+        taken[1] += memory_mb or 0
 
     def conflict(self, job: PendingJob, node_id: int, gpu: GpuState) -> str | None:
         mem, comp, whole = self.used.get((node_id, gpu.index), (0, 0, 0))
@@ -79,6 +111,23 @@ class _Occupancy:
             return f"GPU {gpu.index} no longer has room for the fraction"
         return None
 
+    def host_conflict(self, job: PendingJob, node_id: int, node: NodeState | None) -> str | None:
+        cpus, memory_mb = self.host.get(node_id, (0, 0))
+        if node is None:
+            return None
+        if node.cpus is not None and job.cpus and cpus + job.cpus > node.cpus:
+            return f"only {max(0, node.cpus - cpus)} of its {node.cpus} CPU cores are free"
+        if (
+            node.memory_mb is not None
+            and job.memory_mb
+            and memory_mb + job.memory_mb > node.memory_mb
+        ):
+            return (
+                f"only {max(0, node.memory_mb - memory_mb)} MB of its {node.memory_mb} MB of "
+                "host memory are free"
+            )
+        return None
+
 
 def _check_place(
     snap: DbSnapshot,
@@ -87,30 +136,56 @@ def _check_place(
     job: PendingJob | None,
     up: set[str],
     occupancy: _Occupancy,
-    gpus_by_node: dict[str, dict[int, GpuState]],
+    nodes: dict[str, NodeState],
 ) -> Dispatch | str:
-    """The dispatch for one placement, or why it must be skipped. A placement that passes
-    is counted on its GPUs at once, so later decisions of the same plan see it."""
+    """The dispatch for one placement (every member of it), or why it must be skipped. A
+    placement that passes is counted on its GPUs and hosts at once, so later decisions of
+    the same plan see it. A multi-node placement is taken whole or not at all."""
     if job is None:
         return "the job was not pending in the snapshot"
-    if place.node not in up:
-        return f"node {place.node} is no longer up"
-    node_id = snap.node_ids[place.node]
-    gpus = gpus_by_node.get(place.node, {})
-    for index in place.gpu_indices:
-        gpu = gpus.get(index)
-        if gpu is None:
-            return f"node {place.node} has no GPU {index}"
-        why = occupancy.conflict(job, node_id, gpu)
+    shares = place.allocations
+    if len(shares) != job.nodes:
+        return f"the job spans {job.nodes} nodes; the placement gives {len(shares)}"
+    if len({m.node for m in shares}) != len(shares):
+        return "the placement puts two members on one node"
+    for member in shares:
+        if member.node not in up:
+            return f"node {member.node} is no longer up"
+        if job.nodes > 1 and len(member.gpu_indices) != job.gpus_on_each_node:
+            return (
+                f"each node takes {job.gpus_on_each_node} GPUs; the placement gives "
+                f"{len(member.gpu_indices)} on {member.node}"
+            )
+        node_id = snap.node_ids[member.node]
+        node = nodes.get(member.node)
+        gpus = {g.index: g for g in node.gpus} if node is not None else {}
+        for index in member.gpu_indices:
+            gpu = gpus.get(index)
+            if gpu is None:
+                return f"node {member.node} has no GPU {index}"
+            why = occupancy.conflict(job, node_id, gpu)
+            if why is not None:
+                return f"{why} on {member.node}"
+        why = occupancy.host_conflict(job, node_id, node)
         if why is not None:
-            return f"{why} on {place.node}"
-    for index in place.gpu_indices:
-        occupancy.add(node_id, index, job.gpus, job.gpu_memory_mb, job.gpu_compute_percent)
-    shown = ", ".join(str(i) for i in place.gpu_indices)
-    reason = f"placed by policy {plan.policy} on {place.node} GPU {shown}"
+            return f"{member.node}: {why}"
+    for member in shares:
+        node_id = snap.node_ids[member.node]
+        occupancy.add_host(node_id, job.cpus, job.memory_mb)
+        for index in member.gpu_indices:
+            occupancy.add(node_id, index, job.gpus, job.gpu_memory_mb, job.gpu_compute_percent)
+    shown = "; ".join(f"{m.node} GPU {', '.join(str(i) for i in m.gpu_indices)}" for m in shares)
+    reason = f"placed by policy {plan.policy} on {shown}"
     if place.reason:
         reason += f" ({place.reason})"
-    return Dispatch(job.id, snap.attempts[job.id], node_id, tuple(place.gpu_indices), reason)
+    return Dispatch(
+        job.id,
+        snap.attempts[job.id],
+        snap.node_ids[place.node],
+        tuple(place.gpu_indices),
+        reason,
+        members=tuple((snap.node_ids[m.node], tuple(m.gpu_indices)) for m in place.members),
+    )
 
 
 def _preempt(snap: DbSnapshot, preempt: Preempt) -> tuple[str, str | None]:
@@ -151,13 +226,13 @@ def apply_plan(snap: DbSnapshot, plan: Plan) -> Outcome:
     up = set(Node.objects.filter(state=NodeStatus.UP).values_list("name", flat=True))
     occupancy = _Occupancy() if plan.places else None
     pending = {j.id: j for j in snap.core.pending}
-    gpus_by_node = {n.name: {g.index: g for g in n.gpus} for n in snap.core.nodes}
+    nodes = {n.name: n for n in snap.core.nodes}
     for batch in _batches(plan.places):
         assert occupancy is not None
         dispatches: list[Dispatch] = []
         for place in batch:
             checked = _check_place(
-                snap, plan, place, pending.get(place.job_id), up, occupancy, gpus_by_node
+                snap, plan, place, pending.get(place.job_id), up, occupancy, nodes
             )
             if isinstance(checked, str):
                 log.info("skipped placing job %s: %s", place.job_id, checked)

@@ -17,12 +17,13 @@ from django.db import connection
 from django.db.models import F, FloatField, Func
 from django.utils import timezone
 
-from fleet.models import Gpu, GpuRelease, Job, JobEvent, JobState, Node, Team
+from fleet.models import Gpu, GpuRelease, Job, JobEvent, JobMember, JobState, Node, Team
 from fleet.models.jobs import ACTIVE_STATES
 from fleet.models.nodes import NodeState as NodeStatus
 from scheduler.core.model import (
     FULL_COMPUTE,
     GpuState,
+    Member,
     NodeState,
     PendingJob,
     RunningJob,
@@ -146,21 +147,32 @@ def attained_service(job_ids: set[int]) -> dict[int, float]:
     return ran
 
 
+# What one member of an assigned/running attempt, or one stopping attempt's hold, takes on
+# its node: (node id, GPU indices, gpus, GPU memory, compute share, CPU cores, host memory).
+Allocation = tuple[int, Any, int, int | None, int | None, int, int]
+
+
 def _nodes(
-    active: list[tuple[Any, ...]],
+    allocations: list[Allocation],
 ) -> tuple[tuple[NodeState, ...], dict[str, int], dict[int, str]]:
     names: dict[int, str] = {}
     states: dict[int, str] = {}
     labels: dict[int, dict[str, str]] = {}
-    for node_id, name, state, node_labels in Node.objects.values_list(
-        "id", "name", "state", "labels"
+    hosts: dict[int, tuple[int | None, int | None, str]] = {}
+    for node_id, name, state, node_labels, cpus, memory_mb, group in Node.objects.values_list(
+        "id", "name", "state", "labels", "cpus", "memory_mb", "group"
     ):
         names[node_id], states[node_id] = name, state
         labels[node_id] = {str(k): str(v) for k, v in (node_labels or {}).items()}
+        hosts[node_id] = (cpus, memory_mb, group)
     # (node id, index) -> [memory left, compute left]
     used: dict[tuple[int, int], list[int]] = {}
-    for row in active:
-        node_id, indices, gpus, mem, comp = row[3], row[4], row[5], row[6], row[7]
+    # node id -> [CPU cores, host memory] taken
+    host_used: dict[int, list[int]] = {}
+    for node_id, indices, gpus, mem, comp, cpus, memory_mb in allocations:
+        taken = host_used.setdefault(node_id, [0, 0])
+        taken[0] += cpus or 0
+        taken[1] += memory_mb or 0
         for index in indices or ():
             slot = used.setdefault((node_id, int(index)), [0, 0])
             if gpus:
@@ -182,27 +194,52 @@ def _nodes(
                 max(0, FULL_COMPUTE - comp_used),
             )
         )
+
+    def free(total: int | None, taken: int) -> int | None:
+        return None if total is None else max(0, total - taken)
+
     nodes = tuple(
         NodeState(
             names[node_id],
             tuple(gpus_of.get(node_id, ())),
             schedulable=states[node_id] == NodeStatus.UP,
             labels=MappingProxyType(labels[node_id]),
+            cpus=hosts[node_id][0],
+            memory_mb=hosts[node_id][1],
+            free_cpus=free(hosts[node_id][0], host_used.get(node_id, [0, 0])[0]),
+            free_memory_mb=free(hosts[node_id][1], host_used.get(node_id, [0, 0])[1]),
+            group=hosts[node_id][2],
         )
         for node_id in sorted(names, key=lambda i: names[i])
     )
     return nodes, {name: node_id for node_id, name in names.items()}, names
 
 
-def _releasing(now: datetime) -> list[tuple[Any, ...]]:
-    """GPUs that stopping attempts still hold (fleet.models.GpuRelease), shaped like the
-    active rows that `_nodes` reads: (_, _, _, node_id, gpu_indices, gpus, memory, compute)."""
-    return [
-        (None, None, None, *row)
-        for row in GpuRelease.objects.filter(expires_at__gt=now).values_list(
-            "node_id", "gpu_indices", "gpus", "gpu_memory_mb", "gpu_compute_percent"
+def _releasing(now: datetime) -> list[Allocation]:
+    """What stopping attempts still hold (fleet.models.GpuRelease), one row per member."""
+    return list(
+        GpuRelease.objects.filter(expires_at__gt=now).values_list(
+            "node_id", "gpu_indices", "gpus", "gpu_memory_mb", "gpu_compute_percent", "cpus",
+            "memory_mb",
         )
-    ]
+    )  # fmt: skip
+
+
+def gang_members(active: dict[int, int]) -> dict[int, list[tuple[int, int, list[Any]]]]:
+    """Ranks 1.. of the current attempt of each multi-node job in `active` (job id ->
+    attempt): job id -> [(rank, node id, GPU indices)] in rank order."""
+    members: dict[int, list[tuple[int, int, list[Any]]]] = {}
+    if not active:
+        return members
+    rows = (
+        JobMember.objects.filter(job_id__in=list(active), rank__gt=0, node__isnull=False)
+        .order_by("job_id", "rank")
+        .values_list("job_id", "attempt", "rank", "node_id", "gpu_indices")
+    )
+    for job_id, attempt, rank, node_id, indices in rows:
+        if active.get(job_id) == attempt:
+            members.setdefault(job_id, []).append((rank, node_id, indices))
+    return members
 
 
 def _active_fields() -> tuple[Any, ...]:
@@ -210,6 +247,7 @@ def _active_fields() -> tuple[Any, ...]:
         "id", "team_id", "owner_id", "node_id", "gpu_indices", "gpus", "gpu_memory_mb",
         "gpu_compute_percent", epoch("started_at"), epoch("assigned_at"), "time_limit",
         "priority", "qos", "preemptible", "requeues", "max_requeues", "name", "attempt", "state",
+        "gpus_per_node", "cpus", "memory_mb",
     )  # fmt: skip
 
 
@@ -218,7 +256,7 @@ def _pending_fields() -> tuple[Any, ...]:
         "id", "team_id", "owner_id", epoch("submitted_at"), "time_limit", "gpus",
         "gpu_memory_mb", "gpu_compute_percent", "gpu_model", "min_gpu_memory_mb", "priority",
         "qos", "preemptible", "name", "attempt", "state_reason", "queue_position", epoch("eta"),
-        "requeues",
+        "requeues", "gpus_per_node", "cpus", "memory_mb", "same_group",
     )  # fmt: skip
 
 
@@ -231,8 +269,15 @@ def build_snapshot(*, now: datetime | None = None, save_usage: bool = True) -> D
     params = dict(row.params or {})
     active = list(Job.objects.filter(state__in=ACTIVE_STATES).values_list(*_active_fields()))
     pending = list(Job.objects.filter(state=JobState.PENDING).values_list(*_pending_fields()))
-    releasing = _releasing(now)
-    nodes, node_ids, node_names = _nodes(active + releasing)
+    # Rank 0 of every active job is its own row; the other members of multi-node jobs come
+    # from their member rows.
+    members = gang_members({r[0]: r[17] for r in active if r[19] and r[5] > r[19]})
+    allocations: list[Allocation] = []
+    for r in active:
+        allocations.append((r[3], r[4], r[5], r[6], r[7], r[20], r[21]))
+        for _, node_id, indices in members.get(r[0], ()):
+            allocations.append((node_id, indices, r[5], r[6], r[7], r[20], r[21]))
+    nodes, node_ids, node_names = _nodes(allocations + _releasing(now))
 
     snap = DbSnapshot(
         core=Snapshot(now=t_now, nodes=nodes),
@@ -269,6 +314,7 @@ def build_snapshot(*, now: datetime | None = None, save_usage: bool = True) -> D
     for (
         job_id, team_id, owner_id, node_id, indices, gpus, mem, comp, started, assigned,
         limit, priority, qos, preemptible, requeues, max_requeues, name, attempt, state,
+        per_node, cpus, memory_mb,
     ) in active:  # fmt: skip
         if node_id not in node_names:
             continue  # its node was deleted: nothing to place around
@@ -291,6 +337,14 @@ def build_snapshot(*, now: datetime | None = None, save_usage: bool = True) -> D
                 predicted_runtime=predict(owner_id, name, limit),
                 requeueable=requeues < max_requeues,
                 attained_service=earlier.get(job_id, 0.0) * gpu_equivalent(gpus, comp),
+                members=tuple(
+                    Member(node_names[node], tuple(int(i) for i in indices or ()))
+                    for _, node, indices in members.get(job_id, ())
+                    if node in node_names
+                ),
+                gpus_per_node=per_node,
+                cpus=cpus,
+                memory_mb=memory_mb,
             )
         )
         snap.attempts[job_id] = attempt
@@ -302,6 +356,7 @@ def build_snapshot(*, now: datetime | None = None, save_usage: bool = True) -> D
     for (
         job_id, team_id, owner_id, submitted, limit, gpus, mem, comp, model, min_mem,
         priority, qos, preemptible, name, attempt, reason, position, eta, _requeues,
+        per_node, cpus, memory_mb, same_group,
     ) in pending:  # fmt: skip
         queued.append(
             PendingJob(
@@ -321,6 +376,10 @@ def build_snapshot(*, now: datetime | None = None, save_usage: bool = True) -> D
                 name=name,
                 predicted_runtime=predict(owner_id, name, limit),
                 attained_service=earlier.get(job_id, 0.0) * gpu_equivalent(gpus, comp),
+                gpus_per_node=per_node,
+                cpus=cpus,
+                memory_mb=memory_mb,
+                same_group=same_group,
             )
         )
         snap.attempts[job_id] = attempt

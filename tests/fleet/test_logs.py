@@ -52,7 +52,7 @@ def test_follow_a_running_job_then_read_to_the_end(node: Node, job: Job, owner_a
     first = read(owner_api, job).json()
     assert first == {
         "data": text[:10].decode(), "offset": 0, "next_offset": 10, "complete": False,
-        "attempt": 1,
+        "attempt": 1, "rank": 0, "ranks": [0],
     }  # fmt: skip
     store(node, job, 10, text[10:])
     assert not store(node, job, 10, text[10:])  # a redelivered chunk is stored once
@@ -63,6 +63,7 @@ def test_follow_a_running_job_then_read_to_the_end(node: Node, job: Job, owner_a
     done = read(owner_api, job, len(text)).json()
     assert done == {
         "data": "", "offset": len(text), "next_offset": len(text), "complete": True, "attempt": 1,
+        "rank": 0, "ranks": [0],
     }  # fmt: skip
     assert read(owner_api, job).json()["data"] == text.decode()
 
