@@ -13,6 +13,7 @@ from django.utils import timezone
 
 from fleet.models import GpuRelease, Job, JobEvent, JobMember, JobState, Node
 from fleet.services import messaging
+from fleet.services.agents import agent_heartbeat
 from fleet.services.job_reports import job_report_apply
 from fleet.services.jobs import job_cancel
 from fleet.services.reaper import nodes_reap
@@ -20,6 +21,7 @@ from scheduler.core.model import Member, Place, Plan
 from scheduler.cycle.apply import apply_plan
 from scheduler.cycle.snapshot import build_snapshot
 from tests.scheduler.cycle.conftest import make_job, make_node
+from workers.executor.spec import spec_from_start
 
 # Real commits: starts and stops leave on commit, as in production.
 pytestmark = pytest.mark.django_db(transaction=True)
@@ -319,3 +321,49 @@ def test_a_single_node_job_gets_a_rank_0_member_and_a_one_node_rendezvous(
     report(Job.objects.get(pk=job.pk), "sim-c", "running", pid=7)
     assert Job.objects.get(pk=job.pk).state == JobState.RUNNING
     assert JobMember.objects.get(job=job).state == "running"
+
+
+def test_heartbeats_of_a_member_node_confirm_its_start_and_never_stop_it(
+    owner: Any, team: Any, nodes: list[Node], sent: list[Any]
+) -> None:
+    job = dispatched(owner, team, sent)
+    report(job, "sim-a", "running", pid=100)
+    b = Node.objects.get(name="sim-b")
+    # sim-b's start report was lost; its heartbeat lists the attempt: that confirms it.
+    assert agent_heartbeat(node=b, running=[[job.pk, 1, 200, [0, 1, 2, 3]]]) == []
+    job.refresh_from_db()
+    assert job.state == JobState.RUNNING
+    assert JobMember.objects.get(job=job, rank=1).pid == 200
+    events = JobEvent.objects.filter(job=job).count()
+    # Later heartbeats of both nodes list it: nothing to stop, nothing recorded again.
+    for name, pid in (("sim-a", 100), ("sim-b", 200)):
+        node = Node.objects.get(name=name)
+        assert agent_heartbeat(node=node, running=[[job.pk, 1, pid, [0, 1, 2, 3]]]) == []
+    assert JobEvent.objects.filter(job=job).count() == events
+    assert [s for s in sent if s[0] == STOP] == []
+    # A node with no member of the job that runs it is told to stop it.
+    c = Node.objects.get(name="sim-c")
+    assert agent_heartbeat(node=c, running=[[job.pk, 1, 300, [0]]]) == [(job.pk, 1)]
+
+
+def test_every_start_is_one_the_agent_accepts(
+    owner: Any, team: Any, nodes: list[Node], sent: list[Any]
+) -> None:
+    """The contract with workers/executor/spec.py: each member's start parses there whole,
+    and its environment has the rendezvous variables."""
+    job = gang(owner, team, gpus=12)
+    apply_plan(build_snapshot(), place(job, "sim-b", "sim-a", "sim-c"))
+    starts = [args for task, _, args in sent if task == START]
+    assert len(starts) == 3
+    envs: dict[int, Any] = {}
+    for args in starts:
+        spec = spec_from_start(
+            args["job_id"], args["attempt"], args["spec"], log_path="/dev/null", default_grace=5
+        )
+        envs[spec.rendezvous.rank if spec.rendezvous else -1] = spec.rendezvous
+    assert sorted(envs) == [0, 1, 2]
+    rdv = envs[1]
+    assert rdv is not None
+    assert (rdv.master_addr, rdv.hosts, rdv.world_size) == (
+        "10.0.0.2", ("10.0.0.2", "10.0.0.1", "10.0.0.3"), 12,
+    )  # fmt: skip
