@@ -40,8 +40,37 @@ class JobForm(forms.Form):
         label="GPUs",
         min_value=0,
         max_value=1024,
-        help_text="Whole GPUs on one node. 0 with the two fields below asks for a fraction of "
-        "one GPU. Empty: 1 (or a fraction when the fraction fields are filled).",
+        help_text="Whole GPUs, on one node unless GPUs per node is set. 0 with the two "
+        "fraction fields below asks for a fraction of one GPU. Empty: 1 (or a fraction when "
+        "the fraction fields are filled).",
+    )
+    gpus_per_node = forms.IntegerField(
+        required=False,
+        min_value=1,
+        max_value=1024,
+        label="GPUs per node",
+        help_text="For a job on several nodes: the GPUs on each node (GPUs must be a multiple "
+        "of it). E.g. 6 GPUs with 3 per node run on two nodes. Empty: all GPUs on one node.",
+    )
+    same_group = forms.BooleanField(
+        required=False,
+        label="All nodes in one group",
+        help_text="Run a multi-node job only on nodes of one topology group (rack, switch); "
+        "otherwise one group is preferred.",
+    )
+    cpus = forms.IntegerField(
+        required=False,
+        min_value=0,
+        label="CPUs per node",
+        help_text="Host CPU cores the job needs on each of its nodes. Empty: the team's "
+        "default per GPU.",
+    )
+    memory_mb = forms.IntegerField(
+        required=False,
+        min_value=0,
+        label="Host memory per node (MB)",
+        help_text="Host memory the job needs on each of its nodes. Empty: the team's default "
+        "per GPU.",
     )
     gpu_memory_mb = forms.IntegerField(
         required=False,
@@ -137,4 +166,8 @@ class JobForm(forms.Form):
             qos=d["qos"],
             preemptible=d["preemptible"],
             max_requeues=d["max_requeues"],
+            gpus_per_node=d["gpus_per_node"],
+            same_group=d["same_group"],
+            cpus=d["cpus"],
+            memory_mb=d["memory_mb"],
         )

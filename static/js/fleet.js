@@ -151,9 +151,10 @@
           });
           data.env = env;
         } else if (["gpus", "gpu_memory_mb", "gpu_compute_percent", "min_gpu_memory_mb",
-                    "time_limit", "priority", "max_requeues"].indexOf(k) >= 0) {
+                    "time_limit", "priority", "max_requeues", "gpus_per_node", "cpus",
+                    "memory_mb"].indexOf(k) >= 0) {
           data[k] = parseInt(v, 10);
-        } else if (k === "preemptible") { data[k] = true; }
+        } else if (k === "preemptible" || k === "same_group") { data[k] = true; }
         else data[k] = v;
       });
       return data;
