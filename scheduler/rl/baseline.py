@@ -63,8 +63,8 @@ class CemDriver:
             if pos is None:
                 break
             spec = state.jobs[head[pos]].spec
-            node, gpus = best_fit(state, spec)  # type: ignore[misc]
-            if state.start(spec.id, node, gpus):
+            choice = best_fit(state, spec)
+            if choice is None or state.start(spec.id, *choice):
                 break
             started += 1
         return started

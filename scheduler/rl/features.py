@@ -10,6 +10,7 @@ import math
 
 import numpy as np
 
+from scheduler.core.model import Member
 from scheduler.sim.jobs import JobSpec
 from scheduler.sim.state import SimState
 
@@ -32,23 +33,31 @@ def expected_runtime(state: SimState, job_id: int) -> float:
     return state.pending[job_id].expected_runtime
 
 
-def best_fit(state: SimState, spec: JobSpec) -> tuple[str, tuple[int, ...]] | None:
-    """The node with the fewest wholly free GPUs that still holds the job (a fraction takes
-    a whole GPU here), respecting the GPU model; None when nothing fits now."""
-    want = spec.gpus or 1
-    best: tuple[int, int] | None = None
+def best_fit(
+    state: SimState, spec: JobSpec
+) -> tuple[str, tuple[int, ...], tuple[Member, ...]] | None:
+    """Where the job goes now: (node, GPU indices, further members), or None when it does
+    not fit. Each member takes the node with the fewest wholly free GPUs that still holds it
+    (a fraction takes a whole GPU here), respecting the GPU model and host CPUs/memory; a
+    multi-node gang takes that many such nodes."""
+    want = spec.gpus_on_each_node or 1
+    k = spec.nodes
+    fits: list[tuple[int, int]] = []
     for pos, node in enumerate(state.cluster.nodes):
         free = state.free_whole[node.name]
         if free < want or (spec.gpu_model and node.model != spec.gpu_model):
             continue
-        if best is None or free < best[0]:
-            best = (free, pos)
-            if free == want:
-                break
-    if best is None:
+        if not state.host_room(spec, node.name):
+            continue
+        fits.append((free, pos))
+        if k == 1 and free == want:
+            break
+    if len(fits) < k:
         return None
-    name = state.cluster.nodes[best[1]].name
-    return name, tuple(state.whole_free_indices(name)[:want])
+    fits.sort()
+    names = [state.cluster.nodes[pos].name for _, pos in fits[:k]]
+    members = tuple(Member(n, tuple(state.whole_free_indices(n)[:want])) for n in names)
+    return members[0].node, members[0].gpu_indices, members[1:]
 
 
 def observe(state: SimState, head: list[int]) -> np.ndarray:

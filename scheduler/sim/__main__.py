@@ -18,7 +18,7 @@ from scheduler.sim.cluster import parse_cluster
 from scheduler.sim.runner import SIM_DRIVERS, all_names, run_many
 from scheduler.sim.sources import FORMATS, load_jobs, synthetic
 from scheduler.sim.state import SimConfig
-from scheduler.sim.transform import equal_guarantees, prepare
+from scheduler.sim.transform import OVERSIZE_MODES, equal_guarantees, prepare
 
 COLUMNS = (
     ("jct_avg", "avg JCT s", "{:>10,.0f}"),
@@ -27,6 +27,8 @@ COLUMNS = (
     ("makespan", "makespan s", "{:>11,.0f}"),
     ("utilization", "util", "{:>5.2f}"),
     ("preemptions", "preempt", "{:>7d}"),
+    ("lost_gpu_hours", "lost GPU-h", "{:>10,.1f}"),
+    ("gang_wait_share", "gang wait", "{:>9.3f}"),
     ("jain_slowdown", "jain", "{:>5.2f}"),
     ("ftf_rho_avg", "rho avg", "{:>8.2f}"),
 )
@@ -38,12 +40,44 @@ def _parser() -> argparse.ArgumentParser:
     src.add_argument("--trace", help="trace file (Philly CSV, generic CSV or JSON)")
     src.add_argument("--synthetic", type=int, metavar="N", help="generate N jobs instead")
     p.add_argument("--format", default="auto", choices=FORMATS)
-    p.add_argument("--cluster", default="8x8xV100", help="e.g. 8x8xV100 or 4x8xV100+2x4xA100-80GB")
+    p.add_argument(
+        "--cluster",
+        default="8x8xV100",
+        help="e.g. 8x8xV100, 4x8xV100+2x4xA100-80GB or 16x4xT4[cpus=32,mem=256,group=4]",
+    )
+    p.add_argument(
+        "--nodes-per-group",
+        type=int,
+        help="topology groups of this many nodes (parts without their own group=)",
+    )
     p.add_argument("--policy", default="fcfs", help="a policy name, a comma list, or 'all'")
     p.add_argument("--window", help="START:END job positions (0:2000) or times (2d:5d)")
     p.add_argument("--load", type=float, help="scale arrivals to this offered load (0.7)")
     p.add_argument("--seed", type=int, default=0)
-    p.add_argument("--oversize", default="drop", choices=("drop", "split"))
+    p.add_argument(
+        "--oversize",
+        default="gang",
+        choices=OVERSIZE_MODES,
+        help="jobs over the largest node: multi-node gang (default), drop, or split into jobs",
+    )
+    p.add_argument(
+        "--cpus-per-gpu",
+        type=float,
+        default=4.0,
+        help="host CPUs a job asks per GPU when the trace gives none (0: none)",
+    )
+    p.add_argument(
+        "--memory-gb-per-gpu",
+        type=float,
+        default=32.0,
+        help="host memory (GiB) a job asks per GPU when the trace gives none (0: none)",
+    )
+    p.add_argument(
+        "--gang-spread-slowdown",
+        type=float,
+        default=0.1,
+        help="slowdown per extra node or topology group of a gang (0 disables)",
+    )
     p.add_argument("--cycle", type=float, default=60.0, help="seconds between timer cycles")
     p.add_argument("--restart-overhead", type=float, default=60.0)
     p.add_argument("--checkpointing", action="store_true", help="preempted jobs keep progress")
@@ -113,7 +147,7 @@ def _table(metrics: dict[str, dict[str, Any]]) -> str:
 def main(argv: list[str] | None = None) -> int:
     args = _parser().parse_args(argv)
     try:
-        cluster = parse_cluster(args.cluster)
+        cluster = parse_cluster(args.cluster, nodes_per_group=args.nodes_per_group)
     except ValueError as exc:
         raise SystemExit(str(exc))
     if args.trace:
@@ -135,6 +169,9 @@ def main(argv: list[str] | None = None) -> int:
         oversize=args.oversize,
         seed=args.seed,
         limit_median=args.limit_median,
+        cluster=cluster,
+        cpus_per_gpu=args.cpus_per_gpu,
+        memory_gb_per_gpu=args.memory_gb_per_gpu,
     )
     if not jobs:
         raise SystemExit("no jobs left after the window and size filters")
@@ -149,6 +186,7 @@ def main(argv: list[str] | None = None) -> int:
         checkpointing=args.checkpointing,
         settings=_settings(args.setting),
         skip_when_full=args.skip_when_full,
+        gang_spread_slowdown=args.gang_spread_slowdown,
         team_guaranteed=(
             equal_guarantees(jobs, cluster.total_gpus) if args.guarantee == "equal" else {}
         ),
@@ -156,7 +194,8 @@ def main(argv: list[str] | None = None) -> int:
     progress = not args.quiet
     if progress:
         print(
-            f"{prep.kept} jobs (loaded {prep.loaded}, dropped {prep.dropped_oversize} too large, "
+            f"{prep.kept} jobs (loaded {prep.loaded}, {prep.ganged} multi-node gangs, dropped "
+            f"{prep.dropped_unfit} that can never fit and {prep.dropped_oversize} too large, "
             f"split {prep.split_oversize}); offered load {prep.offered_load:.2f} on "
             f"{cluster.total_gpus} GPUs",
             file=sys.stderr,
@@ -189,6 +228,7 @@ def main(argv: list[str] | None = None) -> int:
                 "cycle_interval": config.cycle_interval,
                 "restart_overhead": config.restart_overhead,
                 "checkpointing": config.checkpointing,
+                "gang_spread_slowdown": config.gang_spread_slowdown,
                 "seed": args.seed,
             },
             "reference_drivers": sorted(SIM_DRIVERS),

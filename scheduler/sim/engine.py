@@ -11,8 +11,9 @@ Cycles that cannot decide anything are not run at all where that is exact for th
 not depend on the clock), so skipping never changes a run; `SimConfig.skip_exact=False`
 runs them anyway. Plans carry no wait sentences (`SimConfig.explain`).
 A production policy is driven exactly as the control worker drives it: build a `Snapshot`,
-call `policy.schedule(snapshot)`, apply the plan's preemptions then its placements; a decision
-whose precondition no longer holds is skipped and counted, never forced.
+call `policy.schedule(snapshot)`, apply the plan's preemptions then its placements (every
+member of a multi-node gang at once); a decision whose precondition no longer holds is
+skipped and counted, never forced.
 """
 
 from __future__ import annotations
@@ -105,7 +106,7 @@ def apply_plan(state: SimState, plan: Plan) -> int:
         else:
             applied += 1
     for place in plan.places:
-        why = state.start(place.job_id, place.node, tuple(place.gpu_indices))
+        why = state.start(place.job_id, place.node, tuple(place.gpu_indices), place.members)
         if why:
             state.invalid_decisions.append(f"place {place.job_id}: {why}")
         else:

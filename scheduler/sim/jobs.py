@@ -4,6 +4,10 @@ A `JobSpec` is what a trace or generator says about a job: when it arrives, how 
 of work it needs when running alone (`duration`, its isolated runtime), and its request. The
 user's `time_limit` is what the scheduler sees; the true duration is known only to the
 simulator (and to the srpt-oracle).
+
+A job asks `gpus` in total. With `gpus_per_node` it is a multi-node gang of
+`gpus // gpus_per_node` members, one per node (as `scheduler.core.model.PendingJob`); `cpus`
+and `memory_mb` are asked per member (per node).
 """
 
 from __future__ import annotations
@@ -38,6 +42,22 @@ class JobSpec:
     gpu_memory_mb: int | None = None
     gpu_compute_percent: int | None = None
     priority: int = 0
+    # 0: every GPU on one node; else a gang of gpus // gpus_per_node nodes.
+    gpus_per_node: int = 0
+    # Host CPU cores and memory (MiB) per member; 0 asks for none.
+    cpus: int = 0
+    memory_mb: int = 0
+
+    @property
+    def nodes(self) -> int:
+        """How many nodes the job spans (1 unless it is a multi-node gang)."""
+        if self.gpus_per_node and self.gpus > self.gpus_per_node:
+            return self.gpus // self.gpus_per_node
+        return 1
+
+    @property
+    def gpus_on_each_node(self) -> int:
+        return self.gpus // self.nodes
 
     @property
     def work(self) -> float:

@@ -3,7 +3,12 @@
 - JCT (finish - submit) and queueing delay (first start - submit): avg, p50, p95, p99.
 - Makespan (last finish - first submit) and GPU utilization (GPU-seconds held by jobs, lost
   work included, / (GPUs x makespan)); `useful_utilization` counts only work that finished.
-- Preemptions and lost GPU-seconds (discarded progress plus restart overheads).
+- Preemptions (in all and per job) and lost GPU-seconds and GPU-hours (discarded progress
+  plus restart overheads: what restarts cost).
+- Multi-node gangs: how many (`gangs`), their avg JCT, `spread_gpu_seconds` (what the gang
+  spread slowdown cost), and `gang_wait_share`: GPU-seconds left idle while the oldest waiting
+  job was a multi-node gang, / (GPUs x makespan): the share of the cluster's GPU-time lost to
+  waiting for gangs to fit.
 - Slowdown is bounded slowdown: max(1, JCT / max(runtime, 10 s)), so that a 2-second job
   waiting a minute does not dominate. Jain's index over teams of per-team average slowdown
   (1.0: every team is slowed the same; 1/n: one team takes all the pain).
@@ -101,7 +106,19 @@ def compute_metrics(result: SimResult) -> dict[str, Any]:
     out["utilization"] = busy / (total_gpus * makespan) if makespan > 0 else math.nan
     out["useful_utilization"] = useful / (total_gpus * makespan) if makespan > 0 else math.nan
     out["preemptions"] = sum(r.preemptions for r in runs)
+    out["preemptions_per_job"] = out["preemptions"] / len(runs) if runs else 0.0
     out["lost_gpu_seconds"] = sum(r.lost_gpu_seconds for r in runs)
+    out["lost_gpu_hours"] = out["lost_gpu_seconds"] / 3600.0
+    out["spread_gpu_seconds"] = sum(r.spread_gpu_seconds for r in runs)
+    gangs = [r for r in done if r.spec.nodes > 1]
+    out["gangs"] = sum(r.spec.nodes > 1 for r in runs)
+    out["gang_jct_avg"] = (
+        float(np.mean([(r.finish or 0.0) - r.spec.submit for r in gangs])) if gangs else math.nan
+    )
+    out["gang_wait_gpu_seconds"] = state.gang_wait_gpu_seconds
+    out["gang_wait_share"] = (
+        state.gang_wait_gpu_seconds / (total_gpus * makespan) if makespan > 0 else math.nan
+    )
     out["busy_gpu_seconds"] = busy
     out["useful_gpu_seconds"] = useful
 

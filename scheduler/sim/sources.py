@@ -85,7 +85,8 @@ def _opt_int(value: Any) -> int | None:
 
 def _generic(rows: list[dict[str, Any]], where: str) -> list[JobSpec]:
     """Generic rows: submit, duration, gpus, team, user, name; time_limit, gpu_model,
-    gpu_memory_mb, gpu_compute_percent, priority optional. `submit` is seconds or an ISO time."""
+    gpu_memory_mb, gpu_compute_percent, priority, gpus_per_node, cpus, memory_mb (host memory
+    per node, MiB) optional. `submit` is seconds or an ISO time."""
     parsed = []
     for n, row in enumerate(rows, start=1):
         try:
@@ -94,6 +95,12 @@ def _generic(rows: list[dict[str, Any]], where: str) -> list[JobSpec]:
             gpus = int(float(row.get("gpus", 1) or 0))
         except (KeyError, ValueError) as exc:
             raise ValueError(f"{where}: row {n}: needs submit, duration and gpus ({exc})")
+        per_node = _opt_int(row.get("gpus_per_node")) or 0
+        if per_node < 0 or (per_node and gpus % per_node):
+            raise ValueError(
+                f"{where}: row {n}: gpus_per_node {per_node} must divide gpus {gpus} "
+                "(a gang takes the same GPUs on each of its nodes)"
+            )
         team = str(row.get("team") or "default")
         limit = row.get("time_limit") or None
         fields: dict[str, Any] = dict(
@@ -107,6 +114,9 @@ def _generic(rows: list[dict[str, Any]], where: str) -> list[JobSpec]:
             gpu_memory_mb=_opt_int(row.get("gpu_memory_mb")),
             gpu_compute_percent=_opt_int(row.get("gpu_compute_percent")),
             priority=_opt_int(row.get("priority")) or 0,
+            gpus_per_node=_opt_int(row.get("gpus_per_node")) or 0,
+            cpus=_opt_int(row.get("cpus")) or 0,
+            memory_mb=_opt_int(row.get("memory_mb")) or 0,
         )
         parsed.append((submit, fields))
     parsed.sort(key=lambda p: p[0])

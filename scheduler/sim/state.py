@@ -10,6 +10,14 @@ or it has no requeues left). Without checkpointing it loses all progress of the 
 with `checkpointing=True` it keeps the work done. Either way its next attempt first spends
 `restart_overhead` seconds (on its GPUs) before doing useful work again; those seconds and any
 discarded progress are counted as lost GPU-seconds.
+
+Multi-node gangs: a placement books every member's GPUs, host CPUs and memory at once and
+releases them all when the job ends or is preempted. A gang spread over more nodes than the
+cluster's largest eligible nodes would need, or over more than one topology group, runs
+slower: its work takes `1 + gang_spread_slowdown x (extra nodes + extra groups)` times as
+long (0 disables); the extra GPU-seconds are counted apart (`spread_gpu_seconds`).
+While the oldest waiting job is a multi-node gang, the GPUs left idle are counted as
+`gang_wait_gpu_seconds` (GPU-time lost to waiting for gangs).
 """
 
 from __future__ import annotations
@@ -17,7 +25,7 @@ from __future__ import annotations
 import heapq
 import math
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from types import MappingProxyType
 from typing import Any
 
@@ -25,6 +33,7 @@ from scheduler.core.admission import admission_error
 from scheduler.core.model import (
     FULL_COMPUTE,
     GpuState,
+    Member,
     NodeState,
     PendingJob,
     RunningJob,
@@ -34,6 +43,7 @@ from scheduler.core.usage import DEFAULT_HALF_LIFE
 from scheduler.sim.cluster import ClusterSpec
 from scheduler.sim.jobs import JobSpec
 from scheduler.sim.service import ServiceHistory
+from scheduler.sim.transform import never_fits
 from scheduler.sim.usage import TeamUsage
 
 
@@ -60,6 +70,9 @@ class SimConfig:
     # Waits in plans at all (settings "plan_waits"): the simulator applies only places,
     # preempts and reserves, so by default policies leave them out.
     plan_waits: bool = False
+    # Slowdown per extra node and per extra topology group of a multi-node gang (0.1: a gang
+    # over two groups runs its work 10% slower); 0 disables.
+    gang_spread_slowdown: float = 0.1
 
 
 @dataclass(slots=True, eq=False)
@@ -75,6 +88,10 @@ class JobRun:
     started_at: float = 0.0
     node: str = ""
     gpu_indices: tuple[int, ...] = ()
+    # Every member of the current attempt, rank 0 (node, gpu_indices) first.
+    members: tuple[Member, ...] = ()
+    slowdown: float = 1.0  # of the current attempt (gang spread)
+    spread_gpu_seconds: float = 0.0  # GPU-seconds the slowdown cost, over all attempts
     overhead: float = 0.0  # restart overhead of the current attempt
     done_work: float = 0.0  # useful seconds kept from earlier attempts (checkpointing)
     attained: float = 0.0  # GPU-seconds run by earlier attempts
@@ -107,6 +124,15 @@ class SimState:
             n.name: [[g.memory_mb, FULL_COMPUTE] for g in n.gpus] for n in self._nodes.values()
         }
         self._empty_nodes = tuple(self._nodes.values())
+        # Host CPUs and memory left per node; None where the node does not limit them.
+        self._free_cpus: dict[str, int | None] = {n.name: n.cpus for n in cluster.nodes}
+        self._free_mem: dict[str, int | None] = {n.name: n.host_memory_mb for n in cluster.nodes}
+        self._group: dict[str, str] = {n.name: n.group for n in cluster.nodes}
+        self._widest: dict[str | None, int] = {}  # GPU model -> most GPUs on one node
+        self.idle_gpus = cluster.total_gpus  # wholly free GPUs
+        self.gang_wait_gpu_seconds = 0.0
+        self._has_gangs = any(j.nodes > 1 for j in jobs)
+        self._oldest: list[tuple[float, int]] = []  # (submit, id) of pending jobs, lazily
         self._admission: dict[tuple, str | None] = {}
         self.rejected: list[str] = []
         self.free_whole: dict[str, int] = {n.name: len(n.gpus) for n in self._nodes.values()}
@@ -150,6 +176,10 @@ class SimState:
     def advance(self, t: float) -> bool:
         """Move the clock to `t`, ending jobs and admitting arrivals due by then.
         Returns whether anything happened."""
+        if self._has_gangs and t > self.now and self.pending and self.idle_gpus:
+            head = self._oldest_pending()
+            if head is not None and self.jobs[head].spec.nodes > 1:
+                self.gang_wait_gpu_seconds += self.idle_gpus * (t - self.now)
         self.now = max(self.now, t)
         happened = False
         while self._ends and self._ends[0][0] <= t:
@@ -176,14 +206,32 @@ class SimState:
             self._record()
         return happened
 
+    def _oldest_pending(self) -> int | None:
+        heap = self._oldest
+        while heap and heap[0][1] not in self.pending:
+            heapq.heappop(heap)
+        return heap[0][1] if heap else None
+
     def _refused(self, run: JobRun) -> bool:
         """Admission control, as at submit in production: a job that can never fit on this
-        cluster is refused (state "rejected") instead of queued."""
+        cluster is refused (state "rejected") instead of queued. A gang is checked member by
+        member (one member's shape against the nodes) and for enough such nodes."""
         spec = run.spec
-        shape = (spec.gpus, spec.gpu_model, spec.gpu_memory_mb, spec.gpu_compute_percent)
+        shape = (
+            spec.gpus,
+            spec.gpu_model,
+            spec.gpu_memory_mb,
+            spec.gpu_compute_percent,
+            spec.gpus_per_node,
+            spec.cpus,
+            spec.memory_mb,
+        )
         if shape not in self._admission:
             probe = self._pending_job(run)
-            self._admission[shape] = admission_error(probe, self._empty_nodes, None)
+            if spec.nodes > 1:
+                probe = replace(probe, gpus=spec.gpus_on_each_node, gpus_per_node=0)
+            why = admission_error(probe, self._empty_nodes, None)
+            self._admission[shape] = why or never_fits(spec, self.cluster)
         why = self._admission[shape]
         if why is None:
             return False
@@ -192,12 +240,15 @@ class SimState:
         return True
 
     def _queue(self, run: JobRun) -> None:
-        g = run.spec.gpus
+        g = run.spec.gpus_on_each_node
         self._sizes[g] = self._sizes.get(g, 0) + 1
         self.pending[run.spec.id] = self._pending_job(run)
+        if self._has_gangs:
+            heapq.heappush(self._oldest, (run.spec.submit, run.spec.id))
 
     def _unqueue(self, job_id: int) -> None:
-        g = self.pending.pop(job_id).gpus
+        g = self.jobs[job_id].spec.gpus_on_each_node
+        del self.pending[job_id]
         left = self._sizes[g] - 1
         if left:
             self._sizes[g] = left
@@ -219,15 +270,20 @@ class SimState:
     # -- decisions --------------------------------------------------------------------------
 
     def can_fit(self, spec: JobSpec, node: str, gpu_indices: tuple[int, ...]) -> str | None:
-        """None when the job fits there now; otherwise why not."""
+        """None when one member of the job fits there now; otherwise why not."""
         ns = self._nodes.get(node)
         if ns is None:
             return f"unknown node {node}"
         if not ns.schedulable:
             return f"node {node} takes no work"
-        want = spec.gpus or 1
+        want = spec.gpus_on_each_node or 1
         if len(gpu_indices) != want or len(set(gpu_indices)) != want:
-            return f"job {spec.id} needs {want} GPUs, got {list(gpu_indices)}"
+            return f"job {spec.id} needs {want} GPUs on node {node}, got {list(gpu_indices)}"
+        if not self.host_room(spec, node):
+            return (
+                f"node {node} has {self._free_cpus[node]} CPUs and {self._free_mem[node]} MiB "
+                f"free; job {spec.id} needs {spec.cpus} and {spec.memory_mb} per node"
+            )
         free = self._free[node]
         for i in gpu_indices:
             if not 0 <= i < len(free):
@@ -243,6 +299,28 @@ class SimState:
                 return f"GPU {node}/{i} lacks room for job {spec.id}"
         return None
 
+    def host_room(self, spec: JobSpec, node: str) -> bool:
+        """Whether the node's free host CPUs and memory hold one member of the job."""
+        cpus, mem = self._free_cpus[node], self._free_mem[node]
+        return (cpus is None or cpus >= spec.cpus) and (mem is None or mem >= spec.memory_mb)
+
+    def spread_slowdown(self, spec: JobSpec, members: tuple[Member, ...]) -> float:
+        """How much slower the job's work runs on these members (1.0: not at all)."""
+        rate = self.config.gang_spread_slowdown
+        if len(members) < 2 or rate <= 0:
+            return 1.0
+        widest = self._widest.get(spec.gpu_model)
+        if widest is None:
+            widest = max(
+                (n.gpus for n in self.cluster.nodes if spec.gpu_model in (None, n.model)),
+                default=1,
+            )
+            self._widest[spec.gpu_model] = widest
+        extra_nodes = len(members) - math.ceil(spec.gpus / widest)
+        groups = {self._group[m.node] for m in members}
+        extra_groups = len(groups) - 1 if "" not in groups else 0
+        return 1.0 + rate * (max(0, extra_nodes) + extra_groups)
+
     def whole_free_indices(self, node: str) -> list[int]:
         gpus = self._nodes[node].gpus
         return [
@@ -251,24 +329,41 @@ class SimState:
             if mem >= gpus[i].memory_mb and comp >= FULL_COMPUTE
         ]
 
-    def start(self, job_id: int, node: str, gpu_indices: tuple[int, ...]) -> str | None:
-        """Start a pending job; returns None, or why the decision was skipped."""
+    def start(
+        self,
+        job_id: int,
+        node: str,
+        gpu_indices: tuple[int, ...],
+        members: tuple[Member, ...] = (),
+    ) -> str | None:
+        """Start a pending job on rank 0 (`node`, `gpu_indices`) and, for a multi-node gang,
+        the further `members`; returns None, or why the decision was skipped (then nothing
+        is booked)."""
         run = self.jobs.get(job_id)
         if run is None or run.state != "pending":
             return f"job {job_id} is not pending"
-        why = self.can_fit(run.spec, node, gpu_indices)
-        if why:
-            return why
         spec = run.spec
-        self._take(spec, node, gpu_indices, -1)
+        allocs = (Member(node, tuple(gpu_indices)), *members)
+        if len(allocs) != spec.nodes:
+            return f"job {job_id} runs on {spec.nodes} node(s), got {len(allocs)}"
+        if len(allocs) > 1 and len({m.node for m in allocs}) != len(allocs):
+            return f"job {job_id}: a gang takes one member per node, got {[m.node for m in allocs]}"
+        for m in allocs:
+            why = self.can_fit(spec, m.node, m.gpu_indices)
+            if why:
+                return why
+        for m in allocs:
+            self._take(spec, m.node, m.gpu_indices, -1)
         self._unqueue(job_id)
         run.state = "running"
         run.attempt += 1
         run.started_at = self.now
-        run.node, run.gpu_indices = node, tuple(gpu_indices)
+        run.node, run.gpu_indices = node, allocs[0].gpu_indices
+        run.members = allocs
+        run.slowdown = self.spread_slowdown(spec, allocs) if len(allocs) > 1 else 1.0
         if run.first_start is None:
             run.first_start = self.now
-        run.ends_at = self.now + run.overhead + run.remaining_work
+        run.ends_at = self.now + run.overhead + run.remaining_work * run.slowdown
         heapq.heappush(self._ends, (run.ends_at, job_id, run.attempt))
         self.usage.change(spec.team, spec.gpu_equivalent, self.now)
         self.busy_gpus += spec.gpu_equivalent
@@ -279,14 +374,20 @@ class SimState:
             node=node,
             gpu_indices=run.gpu_indices,
             started_at=self.now,
-            time_limit=(spec.time_limit or spec.work) + run.overhead,
+            time_limit=(spec.time_limit or spec.work) * run.slowdown + run.overhead,
             gpus=spec.gpus,
             gpu_memory_mb=spec.gpu_memory_mb,
             gpu_compute_percent=spec.gpu_compute_percent,
             priority=spec.priority,
-            predicted_runtime=None if run.predicted is None else run.predicted + run.overhead,
+            predicted_runtime=(
+                None if run.predicted is None else run.predicted * run.slowdown + run.overhead
+            ),
             requeueable=self._requeueable(run),
             attained_service=run.attained,
+            members=allocs[1:],
+            gpus_per_node=spec.gpus_per_node,
+            cpus=spec.cpus,
+            memory_mb=spec.memory_mb,
         )
         return None
 
@@ -307,14 +408,12 @@ class SimState:
         self._stop(run, ran)
         run.preemptions += 1
         self.preemptions += 1
-        if free:
-            run.done_work += max(0.0, ran - run.overhead)
+        progress = max(0.0, ran - run.overhead) / run.slowdown
+        if free or self.config.checkpointing:
+            run.done_work += progress
             run.lost_gpu_seconds += min(ran, run.overhead) * g
-            run.overhead = 0.0
-        elif self.config.checkpointing:
-            run.done_work += max(0.0, ran - run.overhead)
-            run.lost_gpu_seconds += min(ran, run.overhead) * g
-            run.overhead = self.config.restart_overhead
+            run.spread_gpu_seconds += progress * (run.slowdown - 1.0) * g
+            run.overhead = 0.0 if free else self.config.restart_overhead
         else:
             run.lost_gpu_seconds += ran * g
             run.done_work = 0.0
@@ -335,8 +434,10 @@ class SimState:
             "timeout" if spec.time_limit is not None and spec.duration > spec.time_limit else "done"
         )
         run.finish = end
+        # Useful work of this attempt counts as used; its restart overhead is lost and what
+        # the gang's spread cost is counted apart.
+        run.spread_gpu_seconds += run.remaining_work * (run.slowdown - 1.0) * spec.gpu_equivalent
         run.done_work = spec.work
-        # Useful work of this attempt counts as used; only its restart overhead is lost.
         run.lost_gpu_seconds += run.overhead * spec.gpu_equivalent
         self.finished += 1
         ratio = spec.work / spec.time_limit if spec.time_limit else math.nan
@@ -349,7 +450,8 @@ class SimState:
         g = spec.gpu_equivalent
         run.busy_gpu_seconds += ran * g
         run.attained += ran * g
-        self._take(spec, run.node, run.gpu_indices, +1)
+        for m in run.members:
+            self._take(spec, m.node, m.gpu_indices, +1)
         self.usage.change(spec.team, -g, self.now)
         self.busy_gpus -= g
         del self.running[run.spec.id]
@@ -369,6 +471,12 @@ class SimState:
                 cell[1] += sign * (spec.gpu_compute_percent or 0)
             is_whole = cell[0] >= gpus[i].memory_mb and cell[1] >= FULL_COMPUTE
             self.free_whole[node] += int(is_whole) - int(was_whole)
+            self.idle_gpus += int(is_whole) - int(was_whole)
+        cpus, mem = self._free_cpus[node], self._free_mem[node]
+        if cpus is not None and spec.cpus:
+            self._free_cpus[node] = cpus + sign * spec.cpus
+        if mem is not None and spec.memory_mb:
+            self._free_mem[node] = mem + sign * spec.memory_mb
         self._dirty.add(node)
 
     # -- what a policy sees ------------------------------------------------------------------
@@ -389,6 +497,9 @@ class SimState:
             name=spec.name,
             predicted_runtime=None if run.predicted is None else run.predicted + run.overhead,
             attained_service=run.attained,
+            gpus_per_node=spec.gpus_per_node,
+            cpus=spec.cpus,
+            memory_mb=spec.memory_mb,
         )
 
     def node_states(self) -> tuple[NodeState, ...]:
@@ -403,6 +514,11 @@ class SimState:
                 ),
                 schedulable=old.schedulable,
                 labels=old.labels,
+                cpus=old.cpus,
+                memory_mb=old.memory_mb,
+                free_cpus=self._free_cpus[name],
+                free_memory_mb=self._free_mem[name],
+                group=old.group,
             )
         self._dirty.clear()
         return tuple(self._nodes.values())

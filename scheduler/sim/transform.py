@@ -1,6 +1,14 @@
 """Shaping a job list before a run: jobs too large for a node, a window, a target load.
 
 `prepare` is the pipeline the CLI and the benchmarks use; each step also stands alone.
+
+Jobs larger than the largest node become multi-node gangs by default (`oversize="gang"`),
+as Philly's multi-server jobs were: members of the largest node's size when that divides the
+job, else of the largest divisor of the job's GPUs that fits a node (12 GPUs on 8-GPU nodes:
+2 x 6). Jobs that ask no host CPUs or memory get them in proportion to their GPUs
+(`cpus_per_gpu`, `memory_gb_per_gpu`, per member). Only jobs that can never fit the cluster
+(too few nodes of the size and model, too little CPU or memory on any node) are dropped, and
+counted (`PrepReport.dropped_unfit`).
 """
 
 from __future__ import annotations
@@ -9,6 +17,7 @@ import math
 import re
 from dataclasses import dataclass, field, replace
 
+from scheduler.sim.cluster import ClusterSpec
 from scheduler.sim.jobs import JobSpec, assign_time_limits
 
 _UNITS = {"s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
@@ -20,6 +29,8 @@ class PrepReport:
     loaded: int = 0
     dropped_oversize: int = 0
     split_oversize: int = 0
+    ganged: int = 0
+    dropped_unfit: int = 0
     dropped_zero_duration: int = 0
     kept: int = 0
     arrival_scale: float = 1.0
@@ -31,6 +42,8 @@ class PrepReport:
             "loaded": self.loaded,
             "dropped_oversize": self.dropped_oversize,
             "split_oversize": self.split_oversize,
+            "ganged": self.ganged,
+            "dropped_unfit": self.dropped_unfit,
             "dropped_zero_duration": self.dropped_zero_duration,
             "kept": self.kept,
             "arrival_scale": self.arrival_scale,
@@ -39,17 +52,33 @@ class PrepReport:
         }
 
 
+OVERSIZE_MODES = ("gang", "drop", "split")
+
+
+def gang_width(gpus: int, node_gpus: int) -> int:
+    """GPUs per member for a job of `gpus` on nodes of `node_gpus`: the node size when it
+    divides the job, else the largest divisor of the job that fits a node."""
+    for width in range(min(gpus, node_gpus), 0, -1):
+        if gpus % width == 0:
+            return width
+    return 1
+
+
 def handle_oversize(
     jobs: list[JobSpec], max_gpus: int, mode: str, report: PrepReport
 ) -> list[JobSpec]:
-    """Jobs asking for more GPUs than the largest node: `drop` them, or `split` each into
-    node-sized gangs that run as independent jobs (the simulator has no multi-node gangs)."""
-    if mode not in ("drop", "split"):
-        raise ValueError(f"oversize mode must be drop or split, not {mode!r}")
+    """Jobs asking for more GPUs than the largest node: make each a multi-node `gang`
+    (members of `gang_width`), `drop` them, or `split` each into node-sized parts that run
+    as independent jobs (the old approximation, kept for comparison)."""
+    if mode not in OVERSIZE_MODES:
+        raise ValueError(f"oversize mode must be one of {', '.join(OVERSIZE_MODES)}, not {mode!r}")
     out: list[JobSpec] = []
     for job in jobs:
-        if job.gpus <= max_gpus:
+        if job.gpus <= max_gpus or (job.gpus_per_node and job.gpus_per_node <= max_gpus):
             out.append(job)
+        elif mode == "gang":
+            report.ganged += 1
+            out.append(replace(job, gpus_per_node=gang_width(job.gpus, max_gpus)))
         elif mode == "drop":
             report.dropped_oversize += 1
         else:
@@ -61,6 +90,65 @@ def handle_oversize(
                 left -= take
                 out.append(replace(job, gpus=take, name=f"{job.name or 'job'}-part{k}"))
     return out
+
+
+def with_host_requests(
+    jobs: list[JobSpec], cpus_per_gpu: float, memory_gb_per_gpu: float
+) -> list[JobSpec]:
+    """Give jobs that ask no CPUs (memory) `cpus_per_gpu` (`memory_gb_per_gpu` GiB) per GPU
+    of each member, rounded up; a fraction of a GPU asks its share, at least 1 core / 1 MiB."""
+    out = []
+    for job in jobs:
+        per_member = job.gpus_on_each_node if job.gpus else job.gpu_equivalent
+        cpus, mem = job.cpus, job.memory_mb
+        if not cpus and cpus_per_gpu > 0:
+            cpus = max(1, math.ceil(per_member * cpus_per_gpu - 1e-9))
+        if not mem and memory_gb_per_gpu > 0:
+            mem = max(1, math.ceil(per_member * memory_gb_per_gpu * 1024 - 1e-6))
+        out.append(
+            job
+            if (cpus, mem) == (job.cpus, job.memory_mb)
+            else replace(job, cpus=cpus, memory_mb=mem)
+        )
+    return out
+
+
+def never_fits(job: JobSpec, cluster: ClusterSpec) -> str | None:
+    """Why the job can never start on this cluster, even empty; None when it can."""
+    per = job.gpus_on_each_node if job.gpus else 1
+    hosts = [
+        n
+        for n in cluster.nodes
+        if n.gpus >= per
+        and (job.gpu_model is None or n.model == job.gpu_model)
+        and (n.cpus is None or n.cpus >= job.cpus)
+        and (n.host_memory_mb is None or n.host_memory_mb >= job.memory_mb)
+        and (job.gpus or n.memory_mb >= (job.gpu_memory_mb or 0))
+    ]
+    if len(hosts) >= job.nodes:
+        return None
+    what = f"{per} {job.gpu_model + ' ' if job.gpu_model else ''}GPUs"
+    if job.cpus:
+        what += f", {job.cpus} CPUs"
+    if job.memory_mb:
+        what += f", {job.memory_mb} MiB of memory"
+    return (
+        f"a {job.gpus}-GPU job needs {job.nodes} node(s) with {what} each; "
+        f"the cluster has {len(hosts)}"
+    )
+
+
+def drop_unfit(jobs: list[JobSpec], cluster: ClusterSpec, report: PrepReport) -> list[JobSpec]:
+    kept = []
+    for job in jobs:
+        why = never_fits(job, cluster)
+        if why is None:
+            kept.append(job)
+        else:
+            report.dropped_unfit += 1
+            if len(report.notes) < 20:
+                report.notes.append(why)
+    return kept
 
 
 def select_window(jobs: list[JobSpec], window: str) -> list[JobSpec]:
@@ -121,16 +209,23 @@ def prepare(
     max_node_gpus: int,
     window: str | None = None,
     load: float | None = None,
-    oversize: str = "drop",
+    oversize: str = "gang",
     seed: int = 0,
     limit_median: float = 2.0,
+    cluster: ClusterSpec | None = None,
+    cpus_per_gpu: float = 0.0,
+    memory_gb_per_gpu: float = 0.0,
 ) -> tuple[list[JobSpec], PrepReport]:
-    """Oversize handling, then the window, then shift/scale, then time limits; renumbered
-    1..n in submit order so that every run over the same input sees the same ids."""
+    """Oversize handling, host requests, what can never fit `cluster` (when given) dropped,
+    then the window, then shift/scale, then time limits; renumbered 1..n in submit order so
+    that every run over the same input sees the same ids."""
     report = PrepReport(loaded=len(jobs))
     kept = [j for j in jobs if j.duration > 0]
     report.dropped_zero_duration = len(jobs) - len(kept)
     kept = handle_oversize(kept, max_node_gpus, oversize, report)
+    kept = with_host_requests(kept, cpus_per_gpu, memory_gb_per_gpu)
+    if cluster is not None:
+        kept = drop_unfit(kept, cluster, report)
     kept.sort(key=lambda j: (j.submit, j.id))
     if window:
         kept = select_window(kept, window)

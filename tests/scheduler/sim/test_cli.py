@@ -62,7 +62,7 @@ def test_json_output_has_every_metric_and_oracle_ratios(sample_path, tmp_path):
     )
     assert proc.returncode == 0, proc.stderr
     data = json.loads(proc.stdout)
-    assert data["prep"]["dropped_oversize"] == 3 and data["prep"]["kept"] == 297
+    assert data["prep"]["dropped_unfit"] == 3 and data["prep"]["kept"] == 297
     for name in ("fcfs", "sjf", "srpt-oracle"):
         m = data["policies"][name]
         missing = [k for k in METRICS if k not in m]
