@@ -10,9 +10,10 @@ import io
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
+from django.http import Http404
 from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import OpenApiParameter, extend_schema
+from drf_spectacular.utils import extend_schema
 from rest_framework import renderers, serializers
 from rest_framework.exceptions import ValidationError
 from rest_framework.request import Request
@@ -130,6 +131,13 @@ def _csv(rows: list[dict[str, Any]], by: str) -> str:
 class UsageApi(APIView):
     renderer_classes = [renderers.JSONRenderer, CsvRenderer]
 
+    def perform_content_negotiation(self, request: Request, force: bool = False) -> Any:
+        # DRF answers an unknown ?format= with 404; it is a bad parameter.
+        try:
+            return super().perform_content_negotiation(request, force=force)
+        except Http404:
+            raise ValidationError({"format": ["Give format=json or format=csv."]})
+
     class FilterSerializer(QuerySerializer):
         since = serializers.DateTimeField(required=False, help_text="Default: 7 days ago.")
         until = serializers.DateTimeField(required=False, help_text="Default: now.")
@@ -138,14 +146,11 @@ class UsageApi(APIView):
         format = serializers.ChoiceField(choices=["json", "csv"], required=False)
 
     @extend_schema(
-        parameters=[
-            OpenApiParameter("since", OpenApiTypes.DATETIME),
-            OpenApiParameter("until", OpenApiTypes.DATETIME),
-            OpenApiParameter("by", OpenApiTypes.STR, enum=["team", "user", "attempt"]),
-            OpenApiParameter("team", OpenApiTypes.STR),
-            OpenApiParameter("format", OpenApiTypes.STR, enum=["json", "csv"]),
-        ],
-        responses={200: OpenApiTypes.OBJECT},
+        parameters=[FilterSerializer],
+        responses={
+            (200, "application/json"): OpenApiTypes.OBJECT,
+            (200, "text/csv"): OpenApiTypes.STR,
+        },
         summary="GPU time per team, user or attempt (every attempt counts).",
     )
     def get(self, request: Request) -> Response:

@@ -46,6 +46,8 @@ BUSINESS_RULES = {
     ("POST", "/api/v1/jobs/estimate/"),
     ("PATCH", "/api/v1/teams/{slug}/"),
     ("GET", "/api/v1/nodes/{name}/telemetry/"),
+    # A period that starts before it ends, and spans at most a year.
+    ("GET", "/api/v1/usage/"),
 }
 
 

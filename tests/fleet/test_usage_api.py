@@ -157,6 +157,8 @@ def test_usage_api_refuses_bad_input_and_other_teams(
                                                  "until": "2026-03-01T00:00Z"})  # fmt: skip
     assert backwards.status_code == 400 and "before until" in backwards.json()["message"]
     assert owner_api.get("/api/v1/usage/", {"by": "node"}).status_code == 400
+    xml = owner_api.get("/api/v1/usage/", {"format": "xml"})
+    assert xml.status_code == 400 and "format=json or format=csv" in xml.json()["message"]
     assert owner_api.get("/api/v1/usage/", {"sinse": "x"}).status_code == 400
     other = outsider_api.get("/api/v1/usage/", {"team": "vision"})
     assert other.status_code == 400 and "vision" in other.json()["message"]
