@@ -20,6 +20,7 @@ from collections.abc import Iterator
 from datetime import timedelta
 from typing import Any
 
+from django.core.cache import cache
 from django.db.models import Count, F, Max, OuterRef, Q, Subquery, Sum
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.utils import timezone
@@ -38,6 +39,7 @@ from rest_framework.exceptions import AuthenticationFailed
 from fleet.api.auth import HashedTokenAuthentication
 from fleet.models import Gpu, Job, JobEvent, JobMember, JobState, Node, TelemetrySample
 from fleet.models.jobs import ACTIVE_STATES
+from fleet.services.telemetry import BUFFER_KEY, telemetry_refused_key
 from scheduler.models import CycleRecord
 
 # A reading older than this is not shown: the GPU's node stopped sending (DCGM-exporter
@@ -132,6 +134,37 @@ class FleetCollector(Collector):
             lag.add_metric([node], max(0.0, (now - at).total_seconds()))
         yield from families.values()
         yield lag
+        yield from self._ingest()
+
+    def _ingest(self) -> Iterator[Metric]:
+        """Readings waiting in Redis for the next batch write, and readings refused on
+        arrival per node and field. Left out while Redis does not answer."""
+        nodes = list(Node.objects.order_by("name").values_list("name", flat=True))
+        try:
+            client = cache._cache.get_client()  # type: ignore[attr-defined]
+            buffered = client.llen(cache.make_key(BUFFER_KEY))
+            with client.pipeline(transaction=False) as pipe:
+                for name in nodes:
+                    pipe.hgetall(telemetry_refused_key(name))
+                refused = dict(zip(nodes, pipe.execute(), strict=True))
+        except Exception:
+            return
+        yield GaugeMetricFamily(
+            "fleet_telemetry_buffered_samples",
+            "GPU readings received and not yet written to the history.",
+            value=buffered,
+        )
+        family = CounterMetricFamily(
+            "fleet_telemetry_refused",
+            "GPU readings refused on arrival (out of range, wrong type), by node and field.",
+            labels=["node", "field"],
+        )
+        for name, counts in refused.items():
+            for field, count in sorted(counts.items()):
+                field = field.decode() if isinstance(field, bytes) else str(field)
+                if field != "total":
+                    family.add_metric([name, field], int(count))
+        yield family
 
     def _jobs(self) -> Iterator[Metric]:
         queue = GaugeMetricFamily(

@@ -174,3 +174,26 @@ def test_who_may_scrape(stored: dict, owner_api: Any, staff_api: Any, monkeypatc
         403,
         405,
     )
+
+
+def test_ingest_buffer_and_refused_readings(stored: dict, staff_api: Any) -> None:
+    from django.core.cache import cache
+
+    from fleet.services.telemetry import BUFFER_KEY, telemetry_refused_key
+
+    client = cache._cache.get_client(write=True)  # type: ignore[attr-defined]
+    buffer, refused = cache.make_key(BUFFER_KEY), telemetry_refused_key("sim-b")
+    client.delete(buffer, refused)
+    try:
+        client.rpush(buffer, "{}", "{}", "{}")
+        client.hset(refused, mapping={"temperature_c": 2, "util_percent": 1, "total": 3})
+        token = staff_api._credentials["HTTP_AUTHORIZATION"]
+        metrics = _scrape(Client(), HTTP_AUTHORIZATION=token)
+    finally:
+        client.delete(buffer, refused)
+    assert _values(metrics["fleet_telemetry_buffered_samples"]) == {(): 3.0}
+    counts = _values(metrics["fleet_telemetry_refused"], "_total")
+    assert counts == {
+        (("field", "temperature_c"), ("node", "sim-b")): 2.0,
+        (("field", "util_percent"), ("node", "sim-b")): 1.0,
+    }
