@@ -164,3 +164,17 @@ def test_usage_api_refuses_bad_input_and_other_teams(
     assert other.status_code == 400 and "vision" in other.json()["message"]
     assert stranger_api.get("/api/v1/usage/").status_code == 403
     assert anon_api.get("/api/v1/usage/").status_code == 401
+
+
+def test_the_usage_page_shows_the_same_numbers(history: dict[str, Any], staff_api: Any) -> None:
+    from fleet.web.views.usage import usage_data
+
+    since, until = T0 - H, T0 + 24 * H
+    page = usage_data("24h", since, until, NOW)
+    params = {"since": since.isoformat(), "until": until.isoformat()}
+    with time_machine.travel(NOW, tick=False):
+        api = staff_api.get("/api/v1/usage/", params).json()
+    assert page["total"] == pytest.approx(api["gpu_hours"], abs=1e-3)
+    assert {t["slug"]: t["gpu_hours"] for t in page["teams"]} == pytest.approx(
+        {r["team"]: r["gpu_hours"] for r in api["rows"]}, abs=1e-3
+    )
