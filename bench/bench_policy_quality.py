@@ -1,17 +1,25 @@
 """Policy quality on the Philly trace: every policy, the same jobs, ratios to FIFO and oracle.
 
-Recipe: drop jobs over 8 GPUs, sort by submit; windows of 2,000 consecutive jobs starting at
-jobs 0, 20,000 and 40,000; each shifted to start at 0 with arrivals scaled so the offered
+Recipe: jobs over a node's GPUs are kept as multi-node gangs of node-size members (as
+Philly's multi-server jobs were); only jobs that can never fit the cluster are dropped
+(counted and printed); every job asks 4 host CPUs and 32 GiB of host memory per GPU of each
+member; nodes have 64 CPUs and 512 GiB (8 GPUs) or 32 and 256 (4 GPUs) and form topology
+groups of 4 nodes; a gang spread over two groups runs 10% slower per extra group
+(`--gang-spread-slowdown`). `--oversize drop` restores the old recipe (jobs over 8 GPUs
+dropped before choosing windows). Sort by submit; windows of 2,000 consecutive jobs starting
+at jobs 0, 20,000 and 40,000; each shifted to start at 0 with arrivals scaled so the offered
 load (GPU-seconds / (GPUs x span)) is 70% of the cluster; time limits from the seeded
 over-asking model (median 2x); preemption costs a 60 s restart of a checkpointed job (it
 resumes where it stopped, as Tiresias and Gandiva assume of DL jobs). The preemptive policies
 (--no-checkpoint, default las and gittins) also run once more with preemption losing all
 progress of the attempt, as extra rows named "NAME/no-ckpt" that never count as the best.
-Scenarios: 8x8 GPUs at 70%, 8x8 at 90%, 64x8 at 70% (load relative to that cluster).
+Scenarios: 8x8 GPUs at 70%, 16x4 at 70%, 8x8 at 90%, 64x8 at 70% (load relative to that
+cluster). Besides JCT: preemptions per job, GPU-hours lost to restarts, and the share of
+GPU-time lost to gang waits (GPUs idle while the oldest waiting job is a multi-node gang).
 
     nice .venv/bin/python bench/bench_policy_quality.py            # everything (long)
     .venv/bin/python bench/bench_policy_quality.py --quick         # 1 window, 500 jobs
-    .venv/bin/python bench/bench_policy_quality.py --policies fcfs,sjf --scenarios 8x8@0.7
+    .venv/bin/python bench/bench_policy_quality.py --policies fcfs,sjf --scenarios 8x8@0.7,16x4@0.7
 Prints figures; --json FILE also saves them. Not a test.
 """
 
@@ -36,10 +44,13 @@ from scheduler.sim.transform import prepare  # noqa: E402
 
 TRACE = ROOT / "bench" / "traces" / "philly.csv"
 SCENARIOS = {
-    "8x8@0.7": ("8x8xV100", 0.7),
-    "8x8@0.9": ("8x8xV100", 0.9),
-    "64x8@0.7": ("64x8xV100", 0.7),
+    "8x8@0.7": ("8x8xV100[cpus=64,mem=512,group=4]", 0.7),
+    "16x4@0.7": ("16x4xV100[cpus=32,mem=256,group=4]", 0.7),
+    "8x8@0.9": ("8x8xV100[cpus=64,mem=512,group=4]", 0.9),
+    "64x8@0.7": ("64x8xV100[cpus=64,mem=512,group=4]", 0.7),
 }
+CPUS_PER_GPU = 4.0
+MEMORY_GB_PER_GPU = 32.0
 REALISTIC_EXCLUDE = {"srpt-oracle"}
 NO_CKPT = "/no-ckpt"
 
@@ -63,6 +74,13 @@ def main() -> None:
         default="on",
         help="whether preempted jobs keep their progress in the main rows (default on)",
     )
+    p.add_argument(
+        "--oversize",
+        choices=("gang", "drop"),
+        default="gang",
+        help="jobs over a node's GPUs: multi-node gangs (default) or dropped (old recipe)",
+    )
+    p.add_argument("--gang-spread-slowdown", type=float, default=0.1)
     p.add_argument("--quick", action="store_true", help="first window only, 500 jobs, 8x8@0.7")
     p.add_argument("--json", help="also write all figures here")
     a = p.parse_args()
@@ -71,24 +89,34 @@ def main() -> None:
     names = all_names() if a.policies == "all" else a.policies.split(",")
     t0 = time.perf_counter()
     raw = load_philly(a.trace)
-    raw = [j for j in raw if j.gpus <= 8]  # the recipe drops them before choosing windows
-    print(f"trace: {len(raw)} jobs of at most 8 GPUs ({time.perf_counter() - t0:.1f} s to load)")
+    if a.oversize == "drop":
+        raw = [j for j in raw if j.gpus <= 8]  # the old recipe drops them before the windows
+    big = sum(j.gpus > 8 for j in raw)
+    print(f"trace: {len(raw)} jobs, {big} over 8 GPUs ({time.perf_counter() - t0:.1f} s to load)")
     everything: dict = {}
     summary = []
     for scen in a.scenarios.split(","):
         spec, load = SCENARIOS[scen]
         cluster = parse_cluster(spec)
         for start in (int(s) for s in a.starts.split(",")):
+            # Jobs that can never fit (here: 128 GPUs, on either 64-GPU cluster) are dropped
+            # before the window is chosen, as zero-length jobs are.
             jobs, rep = prepare(
                 raw,
-                total_gpus=cluster.total_gpus,
-                max_node_gpus=8,
                 window=f"{start}:{start + a.size}",
+                total_gpus=cluster.total_gpus,
+                max_node_gpus=cluster.max_node_gpus,
                 load=load,
                 seed=a.seed,
+                cluster=cluster,
+                cpus_per_gpu=CPUS_PER_GPU,
+                memory_gb_per_gpu=MEMORY_GB_PER_GPU,
             )
             config = SimConfig(
-                cycle_interval=60.0, restart_overhead=60.0, checkpointing=a.checkpointing == "on"
+                cycle_interval=60.0,
+                restart_overhead=60.0,
+                checkpointing=a.checkpointing == "on",
+                gang_spread_slowdown=a.gang_spread_slowdown,
             )
             t1 = time.perf_counter()
             metrics, _ = run_many(names, jobs, cluster, config, seed=a.seed)
@@ -104,14 +132,18 @@ def main() -> None:
                     metrics[n + NO_CKPT] = m
             key = f"{scen} window {start}"
             everything[key] = metrics
+            everything[key + " prep"] = rep.as_dict()
             print(
-                f"\n== {key}: {len(jobs)} jobs, {cluster.total_gpus} GPUs, offered load "
-                f"{rep.offered_load:.2f}, arrivals x{rep.arrival_scale:.2f} "
+                f"\n== {key}: {len(jobs)} jobs ({sum(j.nodes > 1 for j in jobs)} multi-node "
+                f"gangs; {rep.dropped_unfit} of the trace dropped: can never fit), "
+                f"{cluster.total_gpus} GPUs, offered "
+                f"load {rep.offered_load:.2f}, arrivals x{rep.arrival_scale:.2f} "
                 f"({time.perf_counter() - t1:.0f} s)"
             )
             print(
-                f"{'policy':<16}{'avg JCT':>11}{'p99 JCT':>11}{'avg wait':>10}{'util':>6}"
-                f"{'preempt':>8}{'jain':>6}{'/fcfs':>7}{'/oracle':>8}{'pred err':>9}{'wall s':>7}"
+                f"{'policy':<16}{'avg JCT':>11}{'p95 JCT':>11}{'p99 JCT':>11}{'avg wait':>10}"
+                f"{'util':>6}{'pre/job':>8}{'lost GPU-h':>11}{'gang wait':>10}{'gang JCT':>10}"
+                f"{'jain':>6}{'/fcfs':>7}{'/oracle':>8}{'pred err':>9}{'wall s':>7}"
             )
             for name, m in metrics.items():
                 if "error" in m:
@@ -121,8 +153,10 @@ def main() -> None:
                 vo = (m.get("vs_oracle") or {}).get("jct_avg")
                 pe = m.get("prediction_mare")
                 print(
-                    f"{name:<16}{m['jct_avg']:>11,.0f}{m['jct_p99']:>11,.0f}"
-                    f"{m['queue_avg']:>10,.0f}{m['utilization']:>6.2f}{m['preemptions']:>8}"
+                    f"{name:<16}{m['jct_avg']:>11,.0f}{m['jct_p95']:>11,.0f}{m['jct_p99']:>11,.0f}"
+                    f"{m['queue_avg']:>10,.0f}{m['utilization']:>6.2f}"
+                    f"{m['preemptions_per_job']:>8.3f}{m['lost_gpu_hours']:>11,.1f}"
+                    f"{m['gang_wait_share']:>10.3f}{m['gang_jct_avg']:>10,.0f}"
                     f"{m['jain_slowdown']:>6.2f}{vf or 0:>7.3f}{vo or 0:>8.3f}"
                     f"{(pe if pe is not None else float('nan')):>9.2f}{m['wall_seconds']:>7.1f}"
                 )
