@@ -9,7 +9,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.core.paginator import Paginator
-from django.db.models import Count, Prefetch
+from django.db.models import Count, F, Prefetch, Q
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.template.loader import render_to_string
@@ -67,12 +67,17 @@ def util_class(util: float | None) -> str:
 Share = tuple[int, list[int], Job]  # (node id, GPU indices, job): one member's allocation
 
 
-def active_shares() -> list[Share]:
+def active_shares(nodes: list[Node] | None = None) -> list[Share]:
     """What each assigned or running job holds, node by node: one share per member of the
-    current attempt of a multi-node job, else the job's own node and GPUs. Two queries."""
+    current attempt of a multi-node job, else the job's own node and GPUs. Two queries.
+    `nodes`: only the jobs with a share on one of them (the shares on other nodes too)."""
+    active = Job.objects.filter(state__in=ACTIVE_STATES)
+    if nodes is not None:
+        active = active.filter(
+            Q(node__in=nodes) | Q(members__node__in=nodes, members__attempt=F("attempt"))
+        ).distinct()
     jobs = (
-        Job.objects.filter(state__in=ACTIVE_STATES)
-        .select_related("owner")
+        active.select_related("owner")
         .only(
             "id",
             "name",
@@ -82,7 +87,7 @@ def active_shares() -> list[Share]:
             "cpus",
             "memory_mb",
             "owner__username",
-        )  # fmt: skip
+        )
         .prefetch_related(
             Prefetch(
                 "members",
@@ -166,7 +171,7 @@ def free_by_group(shares: list[Share]) -> list[dict[str, Any]]:
 def build_rows(
     nodes: list[Node], now: float, shares: list[Share] | None = None
 ) -> tuple[list[NodeRow], bool]:
-    shares = active_shares() if shares is None else shares
+    shares = active_shares(nodes) if shares is None else shares
     holders = gpu_holders(shares)
     host_used: dict[int, list[int]] = {}
     for node_id, _indices, job in shares:
