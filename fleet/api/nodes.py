@@ -18,7 +18,7 @@ from fleet.api.serializers import (
     check_query_params,
 )
 from fleet.models import Gpu, Node
-from fleet.selectors.nodes import gpu_jobs, node_get, node_list
+from fleet.selectors.nodes import gpu_jobs, node_get, node_list, node_usage
 from fleet.selectors.telemetry import gpu_latest_samples
 from fleet.services.nodes import node_drain, node_resume
 
@@ -58,25 +58,56 @@ class GpuOutputSerializer(serializers.ModelSerializer):
         ]
 
 
+class NodeUsageSerializer(serializers.Serializer):
+    """What is booked on the node: the GPUs, CPU cores and MB of host memory of the jobs
+    (members of multi-node jobs) assigned or running there, and of stopping attempts until
+    their end is reported."""
+
+    class Meta:
+        ref_name = "NodeUsage"
+
+    gpus = serializers.IntegerField()
+    cpus = serializers.IntegerField()
+    memory_mb = serializers.IntegerField()
+
+
 class NodeOutputSerializer(serializers.ModelSerializer):
     gpus = GpuOutputSerializer(many=True)
     simulated = serializers.SerializerMethodField()
+    cpus = serializers.IntegerField(
+        allow_null=True, help_text="CPU cores the agent offers jobs (null: not yet registered)."
+    )
+    memory_mb = serializers.IntegerField(
+        allow_null=True, help_text="MB of host memory the agent offers jobs."
+    )
+    address = serializers.CharField(help_text="Where the other members of a gang reach it.")
+    group = serializers.CharField(help_text="Topology group (rack, switch); empty: none.")
+    resource_enforcement = serializers.CharField(
+        help_text='"cgroup-v2" when jobs are held to their CPUs and memory, else "none: why".'
+    )
+    used = serializers.SerializerMethodField()
 
     class Meta:
         model = Node
         fields = [
             "name", "state", "state_reason", "last_heartbeat", "labels", "agent_version",
-            "gpu_backend", "simulated", "gpus",
+            "gpu_backend", "simulated", "cpus", "memory_mb", "address", "group",
+            "resource_enforcement", "used", "gpus",
         ]  # fmt: skip
 
     def get_simulated(self, node: Node) -> bool:
         return node.gpu_backend == "simulated"
 
+    @extend_schema_field(NodeUsageSerializer)
+    def get_used(self, node: Node) -> dict[str, int]:
+        empty = {"gpus": 0, "cpus": 0, "memory_mb": 0}
+        return dict(self.context.get("usage", {}).get(node.pk, empty))
+
 
 def _render(nodes: list[Node], many: bool) -> Any:
     holders = gpu_jobs(nodes)
     latest = gpu_latest_samples([g for n in nodes for g in n.gpus.all()])
-    context = {"holders": holders, "latest": latest}
+    context = {"holders": holders, "latest": latest, "usage": node_usage(nodes)}
     data = NodeOutputSerializer(nodes, many=True, context=context).data
     return data if many else data[0]
 

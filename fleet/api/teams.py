@@ -17,11 +17,16 @@ from fleet.api.serializers import (
 from fleet.errors import NotAllowed
 from fleet.models import Team
 from fleet.selectors.teams import team_get, team_list
-from fleet.services.teams import team_update
+from fleet.services.access import admin_team_ids
+from fleet.services.teams import TEAM_ADMIN_FIELDS, team_update
 
 # Weights scale a team's priority and fair share: positive (team_update checks), finite, and
 # within a range where the scheduler's arithmetic stays meaningful.
 MAX_WEIGHT = 1_000_000.0
+# Bounds that keep a per-GPU default a plausible amount before the fleet's nodes are asked
+# (team_update refuses more than the largest node offers).
+MAX_CPUS_PER_GPU = 4096
+MAX_MEMORY_MB_PER_GPU = 64 * 1024 * 1024
 
 
 class TeamOutputSerializer(serializers.ModelSerializer):
@@ -30,6 +35,7 @@ class TeamOutputSerializer(serializers.ModelSerializer):
         fields = [
             "slug", "name", "priority_weight", "fairshare_weight", "guaranteed_gpus",
             "gpu_limit", "user_gpu_cap", "default_time_limit", "max_time_limit",
+            "cpus_per_gpu", "memory_mb_per_gpu",
         ]  # fmt: skip
 
 
@@ -65,6 +71,20 @@ class TeamDetailApi(APIView):
         max_time_limit = serializers.IntegerField(
             required=False, min_value=1, max_value=INT_MAX, help_text="Seconds."
         )
+        cpus_per_gpu = serializers.IntegerField(
+            required=False,
+            min_value=0,
+            max_value=MAX_CPUS_PER_GPU,
+            help_text="Host CPU cores a job gets per GPU on each node when it does not ask; "
+            "0: none. At most what the largest node offers.",
+        )
+        memory_mb_per_gpu = serializers.IntegerField(
+            required=False,
+            min_value=0,
+            max_value=MAX_MEMORY_MB_PER_GPU,
+            help_text="MB of host memory a job gets per GPU on each node when it does not ask; "
+            "0: none. At most what the largest node offers.",
+        )
 
     @extend_schema(responses=TeamOutputSerializer)
     def get(self, request: Request, slug: str) -> Response:
@@ -72,11 +92,21 @@ class TeamDetailApi(APIView):
 
     @extend_schema(request=InputSerializer, responses=TeamOutputSerializer)
     def patch(self, request: Request, slug: str) -> Response:
+        team = team_get(slug=slug, fetched_by=request.user)
         if not request.user.is_staff:
-            raise NotAllowed("Only staff may change a team's quotas and weights.")
+            if team.pk not in admin_team_ids(request.user):
+                raise NotAllowed("Only staff and the team's admins may change a team's settings.")
+            beyond = (
+                sorted(set(request.data) - set(TEAM_ADMIN_FIELDS))
+                if isinstance(request.data, dict)
+                else []
+            )
+            if beyond:
+                raise NotAllowed(
+                    f"A team admin may change {' and '.join(TEAM_ADMIN_FIELDS)}; only staff may "
+                    f"change {', '.join(beyond)} (quotas and weights)."
+                )
         serializer = self.InputSerializer(data=request.data, partial=True)
         serializer.is_valid(raise_exception=True)
-        team = team_update(
-            team=team_get(slug=slug, fetched_by=request.user), data=serializer.validated_data
-        )
+        team = team_update(team=team, data=serializer.validated_data)
         return Response(TeamOutputSerializer(team).data)

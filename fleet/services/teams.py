@@ -6,10 +6,11 @@ from typing import Any
 
 from django.contrib.auth import get_user_model
 from django.db import transaction
+from django.db.models import Max
 from django.utils.text import slugify
 
 from fleet.errors import ApplicationError
-from fleet.models import Membership, Role, Team
+from fleet.models import Membership, Node, Role, Team
 
 TEAM_FIELDS = (
     "name",
@@ -20,7 +21,12 @@ TEAM_FIELDS = (
     "user_gpu_cap",
     "default_time_limit",
     "max_time_limit",
+    "cpus_per_gpu",
+    "memory_mb_per_gpu",
 )
+# What a team's admins may change themselves (staff change everything): the host CPUs and
+# memory its jobs get per GPU when they do not ask.
+TEAM_ADMIN_FIELDS = ("cpus_per_gpu", "memory_mb_per_gpu")
 
 
 def team_get_or_create(*, slug: str, name: str | None = None) -> Team:
@@ -52,11 +58,35 @@ def team_update(*, team: Team, data: dict[str, Any]) -> Team:
             f"default_time_limit ({team.default_time_limit} s) cannot exceed max_time_limit "
             f"({team.max_time_limit} s)."
         ]
+    errors.update(_host_default_errors(team, data))
     if errors:
         first = next(iter(errors.values()))[0]
         raise ApplicationError(first, {"fields": errors})
     team.save(update_fields=list(data))
     return team
+
+
+def _host_default_errors(team: Team, data: dict[str, Any]) -> dict[str, list[str]]:
+    """A per-GPU default no node offers for even a one-GPU job would leave every job of the
+    team that takes it waiting for ever: refuse it while registered nodes say so."""
+    errors: dict[str, list[str]] = {}
+    for key, node_field, unit in (
+        ("cpus_per_gpu", "cpus", "CPU cores"),
+        ("memory_mb_per_gpu", "memory_mb", "MB of host memory"),
+    ):
+        value = int(data.get(key) or 0)
+        if key not in data or value == 0:
+            continue
+        largest = Node.objects.filter(**{f"{node_field}__isnull": False}).aggregate(
+            most=Max(node_field)
+        )["most"]
+        if largest is not None and value > largest:
+            errors[key] = [
+                f"{key} ({value}) is more than any node offers: the largest offers {largest} "
+                f"{unit}, so a one-GPU job of {team.slug} taking this default could never run. "
+                f"Give at most {largest}, or 0 for none."
+            ]
+    return errors
 
 
 def membership_add(*, user: Any, team: Team, role: str = Role.MEMBER) -> Membership:

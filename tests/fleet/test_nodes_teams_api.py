@@ -1,10 +1,12 @@
 from __future__ import annotations
 
+from datetime import timedelta
 from typing import Any
 
 import pytest
+from django.utils import timezone
 
-from fleet.models import Job, Node
+from fleet.models import GpuRelease, Job, JobMember, Node
 
 pytestmark = pytest.mark.django_db
 
@@ -82,3 +84,109 @@ def test_team_patch_rejections(
     assert field in response.json()["extra"]["fields"] and needle in response.json()["message"]
     team.refresh_from_db()
     assert team.guaranteed_gpus == 0 and team.priority_weight == 1.0
+
+
+def test_nodes_show_host_resources_and_what_gangs_use(
+    owner_api: Any, outsider_api: Any, fleet_nodes: Any
+) -> None:
+    a, b = fleet_nodes
+    Node.objects.filter(pk=a.pk).update(
+        cpus=64, memory_mb=512_000, address="10.0.0.1", group="rack-1",
+        resource_enforcement="cgroup-v2",
+    )  # fmt: skip
+    Node.objects.filter(pk=b.pk).update(
+        cpus=32, memory_mb=256_000, address="10.0.0.2", group="rack-1",
+        resource_enforcement="none: no cgroup v2 here",
+    )  # fmt: skip
+    body = {"name": "g", "command": "true", "nodes": 2, "gpus_per_node": 2, "cpus": 8,
+            "memory_mb": 16_000}  # fmt: skip
+    response = owner_api.post("/api/v1/jobs/", body, format="json")
+    assert response.status_code == 201, response.json()
+    job = Job.objects.get(pk=response.json()["id"])
+    Job.objects.filter(pk=job.pk).update(state="running", node=a, gpu_indices=[0, 1], attempt=1)
+    JobMember.objects.create(job=job, attempt=1, rank=0, node=a, gpu_indices=[0, 1])
+    JobMember.objects.create(job=job, attempt=1, rank=1, node=b, gpu_indices=[0, 1])
+    # A member of an earlier attempt holds nothing; a stopping attempt's hold does.
+    JobMember.objects.create(job=job, attempt=0, rank=1, node=a, gpu_indices=[2, 3])
+    GpuRelease.objects.create(
+        node=a, job=job, attempt=0, gpu_indices=[3], gpus=1, cpus=2, memory_mb=1000,
+        expires_at=timezone.now() + timedelta(minutes=1),
+    )  # fmt: skip
+    GpuRelease.objects.create(
+        node=b, job=job, attempt=0, gpu_indices=[1], gpus=1, cpus=2, memory_mb=1000,
+        expires_at=timezone.now() - timedelta(minutes=1),
+    )  # fmt: skip
+    nodes = {n["name"]: n for n in outsider_api.get("/api/v1/nodes/").json()}
+    sim_a, sim_b = nodes["sim-a"], nodes["sim-b"]
+    assert (sim_a["cpus"], sim_a["memory_mb"], sim_a["address"], sim_a["group"]) == (
+        64, 512_000, "10.0.0.1", "rack-1",
+    )  # fmt: skip
+    assert sim_a["resource_enforcement"] == "cgroup-v2"
+    assert sim_b["resource_enforcement"].startswith("none:")
+    assert sim_a["used"] == {"gpus": 3, "cpus": 10, "memory_mb": 17_000}
+    assert sim_b["used"] == {"gpus": 2, "cpus": 8, "memory_mb": 16_000}
+    # Rank 1's GPUs on sim-b name the job too.
+    assert [j["id"] for j in sim_b["gpus"][1]["jobs"]] == [job.pk]
+    assert sim_a["gpus"][2]["jobs"] == []
+    Job.objects.filter(pk=job.pk).update(state="succeeded")
+    GpuRelease.objects.all().delete()
+    detail = outsider_api.get("/api/v1/nodes/sim-a/").json()
+    assert detail["used"] == {"gpus": 0, "cpus": 0, "memory_mb": 0}
+
+
+def test_stranger_cannot_list_nodes(stranger_api: Any, fleet_nodes: Any) -> None:
+    assert stranger_api.get("/api/v1/nodes/").status_code == 403
+
+
+def test_team_admin_edits_host_defaults_only(
+    owner_api: Any, team_admin_api: Any, staff_api: Any, outsider_api: Any, team: Any
+) -> None:
+    shown = owner_api.get("/api/v1/teams/vision/").json()
+    assert (shown["cpus_per_gpu"], shown["memory_mb_per_gpu"]) == (0, 0)
+    body = team_admin_api.patch(
+        "/api/v1/teams/vision/", {"cpus_per_gpu": 8, "memory_mb_per_gpu": 32_000}, format="json"
+    )
+    assert body.status_code == 200, body.json()
+    team.refresh_from_db()
+    assert (team.cpus_per_gpu, team.memory_mb_per_gpu) == (8, 32_000)
+    mixed = team_admin_api.patch(
+        "/api/v1/teams/vision/", {"cpus_per_gpu": 4, "gpu_limit": 99}, format="json"
+    )
+    assert mixed.status_code == 403 and "gpu_limit" in mixed.json()["message"]
+    for api in (owner_api, outsider_api):
+        response = api.patch("/api/v1/teams/vision/", {"cpus_per_gpu": 1}, format="json")
+        assert response.status_code in (403, 404)
+    team.refresh_from_db()
+    assert team.cpus_per_gpu == 8 and team.gpu_limit == 16
+    assert (
+        staff_api.patch("/api/v1/teams/vision/", {"memory_mb_per_gpu": 0}, format="json").json()[
+            "memory_mb_per_gpu"
+        ]
+        == 0
+    )
+
+
+@pytest.mark.parametrize(
+    ("patch", "field", "needle"),
+    [
+        ({"cpus_per_gpu": 65}, "cpus_per_gpu", "the largest offers 64 CPU cores"),
+        ({"memory_mb_per_gpu": 600_000}, "memory_mb_per_gpu", "largest offers 512000 MB"),
+        ({"cpus_per_gpu": -1}, "cpus_per_gpu", "greater than or equal to 0"),
+        ({"memory_mb_per_gpu": "lots"}, "memory_mb_per_gpu", "valid integer"),
+    ],
+)
+def test_host_default_rejections(
+    team_admin_api: Any, team: Any, fleet_nodes: Any, patch: dict[str, Any], field: str,
+    needle: str,
+) -> None:  # fmt: skip
+    Node.objects.filter(name="sim-a").update(cpus=64, memory_mb=512_000)
+    Node.objects.filter(name="sim-b").update(cpus=16, memory_mb=128_000)
+    response = team_admin_api.patch("/api/v1/teams/vision/", patch, format="json")
+    assert response.status_code == 400, response.json()
+    assert field in response.json()["extra"]["fields"]
+    assert needle in response.json()["message"], response.json()
+    team.refresh_from_db()
+    assert (team.cpus_per_gpu, team.memory_mb_per_gpu) == (0, 0)
+    # Exactly what the largest node offers is fine.
+    ok = team_admin_api.patch("/api/v1/teams/vision/", {"cpus_per_gpu": 64}, format="json")
+    assert ok.status_code == 200 and ok.json()["cpus_per_gpu"] == 64
