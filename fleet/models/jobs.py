@@ -207,6 +207,10 @@ class JobMember(models.Model):
     exit_code = models.IntegerField(null=True, blank=True)
     started_at = models.DateTimeField(null=True, blank=True)
     finished_at = models.DateTimeField(null=True, blank=True)
+    # Rank 0's rendezvous port for this attempt, chosen when its start is first sent (free
+    # among the ports of other live attempts on the node) and named again by every start
+    # sent for it; null on other ranks.
+    master_port = models.PositiveIntegerField(null=True, blank=True, editable=False)
 
     class Meta:
         ordering = ["job", "attempt", "rank"]

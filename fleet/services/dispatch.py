@@ -3,19 +3,26 @@ attempt (one for a single-node job, one per node for a multi-node one)."""
 
 from __future__ import annotations
 
+import logging
 import os
 import zlib
 from dataclasses import dataclass
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.conf import settings
+from django.db.models import Q
+from django.utils import timezone
 
 from fleet.models import Job, JobMember, MemberState, Node
 from fleet.services import messaging
 from fleet.services.reaper import start_timeout_s
+from fleet.services.releases import REPORT_MARGIN_S
 from workers.fence import dispatch_token
 
 DEFAULT_RENDEZVOUS_PORTS = "29500-29999"
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -46,11 +53,62 @@ def rendezvous_ports() -> tuple[int, int]:
 
 
 def master_port(job_id: int, attempt: int) -> int:
-    """Rank 0's rendezvous port for one attempt: spread over the range by job and attempt,
-    and the same every time it is computed, so a start sent again names the same port and a
-    requeued attempt moves to another one (its predecessor may still hold the old one)."""
+    """Where the search for rank 0's rendezvous port of one attempt begins: spread over the
+    range by job and attempt, so jobs rarely probe the same ports first and a requeued
+    attempt begins elsewhere than its predecessor (which may still hold the old one)."""
     low, high = rendezvous_ports()
     return low + zlib.crc32(f"{job_id}.{attempt}".encode()) % (high - low + 1)
+
+
+def ports_in_use(*, node_id: int, now: datetime | None = None) -> set[int]:
+    """Master ports of other attempts whose rank 0 is on the node and may still hold it:
+    assigned or running, or stopped so recently that the process may still be in its grace
+    (the window GPU holds use: grace plus the time for the end's report)."""
+    now = now or timezone.now()
+    recent = now - timedelta(seconds=float(settings.FLEET_JOB_GRACE) + REPORT_MARGIN_S)
+    rows = JobMember.objects.filter(node_id=node_id, rank=0, master_port__isnull=False).filter(
+        Q(state__in=(MemberState.ASSIGNED, MemberState.RUNNING)) | Q(finished_at__gte=recent)
+    )
+    return {int(port) for port in rows.values_list("master_port", flat=True) if port}
+
+
+def master_port_choose(*, job_id: int, attempt: int, node_id: int) -> int:
+    """A port of the range that no other live attempt with rank 0 on the node uses, searched
+    from the attempt's own starting point. With every port taken, the starting point
+    itself, and a warning: the range is too small for what runs on that node."""
+    low, high = rendezvous_ports()
+    first = master_port(job_id, attempt)
+    size = high - low + 1
+    taken = ports_in_use(node_id=node_id)
+    for step in range(size):
+        port = low + (first - low + step) % size
+        if port not in taken:
+            return port
+    log.warning(
+        "every rendezvous port of %s-%s is in use on node %s; job %s attempt %s shares port %s "
+        "(widen FLEET_RENDEZVOUS_PORTS)",
+        low, high, node_id, job_id, attempt, first,
+    )  # fmt: skip
+    return first
+
+
+def attempt_master_port(job: Job, shares: list[Share]) -> int:
+    """Rank 0's port for the current attempt: the one stored with its rank 0 member, else
+    chosen now and stored, so every start sent again for this attempt names the same port.
+    Call inside the dispatch transaction (one scheduling cycle at a time chooses)."""
+    if not shares:
+        return master_port(job.pk, job.attempt)
+    rank0 = JobMember.objects.filter(job_id=job.pk, attempt=job.attempt, rank=0)
+    stored = rank0.values_list("master_port", flat=True).first()
+    if stored:
+        return int(stored)
+    port = master_port_choose(job_id=job.pk, attempt=job.attempt, node_id=shares[0].node.pk)
+    if not rank0.filter(master_port__isnull=True).update(master_port=port):
+        # No member row (a job dispatched before members existed), or another transaction
+        # stored one first: name what is stored, if anything.
+        stored = rank0.values_list("master_port", flat=True).first()
+        return int(stored) if stored else port
+    return port
 
 
 def attempt_shares(job: Job) -> list[Share]:
@@ -76,12 +134,18 @@ def node_address(node: Node) -> str:
 
 
 def start_spec(
-    job: Job, share: Share | None = None, shares: list[Share] | None = None
+    job: Job,
+    share: Share | None = None,
+    shares: list[Share] | None = None,
+    port: int | None = None,
 ) -> dict[str, Any]:
     """The JSON spec an agent needs to run one member of this attempt (workers.executor
-    JobSpec fields). Without `share`, rank 0 on the job's own node."""
+    JobSpec fields). Without `share`, rank 0 on the job's own node; without `port`, the
+    attempt's stored master port (chosen now if it has none)."""
     if shares is None:
         shares = attempt_shares(job)
+    if port is None:
+        port = attempt_master_port(job, shares)
     if share is None:
         share = shares[0] if shares else Share(0, job.node, tuple(job.gpu_indices or ()))  # type: ignore[arg-type]
     hosts = [node_address(s.node) for s in shares] or [node_address(share.node)]
@@ -113,7 +177,7 @@ def start_spec(
             "gpus_per_node": max(1, len(share.gpu_indices)) if job.gpus else 1,
             "world_size": job.gpus or 1,
             "master_addr": hosts[0],
-            "master_port": master_port(job.pk, job.attempt),
+            "master_port": port,
             "hosts": hosts,
         },
     }
@@ -133,6 +197,7 @@ def send_start_on_commit(job: Job, *, only_waiting: bool = False) -> None:
         )
     else:
         started = set()
+    port = attempt_master_port(job, shares)
     for share in shares:
         if share.rank in started:
             continue
@@ -144,5 +209,5 @@ def send_start_on_commit(job: Job, *, only_waiting: bool = False) -> None:
             ttl=start_timeout_s(),
             job_id=job.pk,
             attempt=job.attempt,
-            spec=start_spec(job, share, shares),
+            spec=start_spec(job, share, shares, port),
         )
