@@ -58,6 +58,20 @@ def final_event_time(job: Mapping[str, Any], events: Sequence[Mapping[str, Any]]
     return None
 
 
+def is_gang(job: Mapping[str, Any]) -> bool:
+    """A job over several nodes: one execution per member (node) of each attempt."""
+    return int(job.get("nodes") or 1) > 1
+
+
+def member_nodes(job: Mapping[str, Any]) -> set[str]:
+    """The nodes the job's current attempt runs on: one per member of a multi-node job,
+    else the job's node."""
+    members = {str(m["node"]) for m in job.get("members") or () if m.get("node")}
+    if members:
+        return members
+    return {str(job["node"])} if job.get("node") else set()
+
+
 def check(
     *,
     executions: Sequence[Execution],
@@ -70,8 +84,10 @@ def check(
     """Every violated invariant:
 
     - succeeded-without-execution: a job is succeeded but no execution of its attempt
-      completed;
-    - ran-concurrently: two executions of one job overlapped in time;
+      completed (for a multi-node job: on one of its members' nodes);
+    - ran-concurrently: two executions of one job overlapped in time (the members of one
+      attempt of a multi-node job run together, one per node; a member of an old attempt
+      beside a new one is a violation);
     - ran-after-end: an execution started after the job's terminal state (success,
       cancel, ...) was recorded;
     - rerun-after-completion: an execution started after another execution of the same
@@ -90,26 +106,40 @@ def check(
 
     for job_id, job in sorted(jobs.items()):
         runs = by_job.get(job_id, [])
-        if job["state"] == "succeeded" and not any(
-            r.completed and r.attempt == job["attempt"] for r in runs
-        ):
+        nodes_done = {r.node for r in runs if r.completed and r.attempt == job["attempt"]}
+        if job["state"] == "succeeded" and len(nodes_done) < len(member_nodes(job)):
             found.append(
                 Violation(
                     "succeeded-without-execution",
                     job_id,
                     f"recorded succeeded on attempt {job['attempt']}, but no execution of that "
-                    "attempt completed",
+                    "attempt completed"
+                    + (
+                        f" on {', '.join(sorted(member_nodes(job) - nodes_done))}"
+                        if is_gang(job)
+                        else ""
+                    ),
                     runs,
                 )
             )
         for a, b in combinations(runs, 2):
+            if is_gang(job) and a.attempt == b.attempt and a.node != b.node:
+                continue  # two members of one attempt: the gang runs them together
             both = _overlap(a, b, now)
             if both > 0:
+                what = (
+                    f"a member of attempt {min(a.attempt, b.attempt)} ran beside attempt "
+                    f"{max(a.attempt, b.attempt)}"
+                    if a.attempt != b.attempt
+                    else "two executions"
+                )
                 found.append(
                     Violation(
                         "ran-concurrently",
                         job_id,
-                        f"two executions ran at the same time for {both:.1f} s",
+                        f"{what} ran at the same time for {both:.1f} s"
+                        if a.attempt == b.attempt
+                        else f"{what} for {both:.1f} s",
                         [a, b],
                     )
                 )
@@ -129,7 +159,13 @@ def check(
             done = [r for r in runs if r.completed]
             if done:
                 first_done = min(done, key=lambda r: r.end or 0)
-                again = [r for r in runs if r.start > (first_done.end or 0)]
+                again = [
+                    r
+                    for r in runs
+                    if r.start > (first_done.end or 0)
+                    # Members of the same attempt end one after another, not again.
+                    and not (is_gang(job) and r.attempt == first_done.attempt)
+                ]
                 if again:
                     found.append(
                         Violation(
@@ -157,7 +193,7 @@ def check(
             current = (
                 job["state"] in ("assigned", "running")
                 and run.attempt == job["attempt"]
-                and run.node == job.get("node")
+                and run.node in member_nodes(job)
             )
             if not current:
                 found.append(
@@ -165,7 +201,7 @@ def check(
                         "runs-unaccounted",
                         job_id,
                         f"still running although the job is {job['state']} on attempt "
-                        f"{job['attempt']} (node {job.get('node')})",
+                        f"{job['attempt']} (nodes {', '.join(sorted(member_nodes(job))) or '-'})",
                         [run],
                     )
                 )

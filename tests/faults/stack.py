@@ -274,7 +274,11 @@ class Stack:
         return self.procs[f"agent-{node}"]
 
     def start(
-        self, *, nodes: Iterable[str] = ("sim-a", "sim-b"), proxied: Iterable[str] = ()
+        self,
+        *,
+        nodes: Iterable[str] = ("sim-a", "sim-b"),
+        proxied: Iterable[str] = (),
+        simulate: str = "2xA100-80GB",
     ) -> None:
         self.web_port = free_port()
         env = self.control_env()
@@ -304,7 +308,7 @@ class Stack:
                 port = self.proxies[node].port
             self._proc(
                 f"agent-{node}",
-                [PYTHON, "-m", "workers.agent", "--node", node, "--simulate", "2xA100-80GB"],
+                [PYTHON, "-m", "workers.agent", "--node", node, "--simulate", simulate],
                 self.agent_env(node, port),
                 group=False,
             ).start()
@@ -391,6 +395,40 @@ class Stack:
     def cancel(self, job_id: int) -> dict[str, Any]:
         assert self.api is not None
         return dict(self.api.post(f"/api/v1/jobs/{job_id}/cancel/"))
+
+    def logs(self, job_id: int, *, rank: int = 0, attempt: int | None = None) -> str:
+        """A member's stored output of one attempt (default: the latest), read to its end."""
+        assert self.api is not None
+        out, offset = [], 0
+        while True:
+            query = f"offset={offset}&rank={rank}" + (f"&attempt={attempt}" if attempt else "")
+            page = self.api.get(f"/api/v1/jobs/{job_id}/logs/?{query}")
+            out.append(page["data"])
+            if page["next_offset"] == offset:
+                return "".join(out)
+            offset = page["next_offset"]
+
+    def send_report(self, node: str, **report: Any) -> None:
+        """Send one job report signed with `node`'s key, as its agent would (a duplicated or
+        late message), from a process of its own with the agent's environment."""
+        code = (
+            "import json, sys\n"
+            "from workers.agent import node_key, parse_args\n"
+            "from workers.celery_app import configure, control_queue\n"
+            "from workers.runtime import REPORT_TASK\n"
+            "from workers.wire import DEFAULT_TTL_S, Signer\n"
+            "args = parse_args(['--node', sys.argv[1]])\n"
+            "app = configure(args.node)\n"
+            "envelope = Signer(node_key(args)).seal(\n"
+            "    REPORT_TASK, args.node, json.loads(sys.argv[2]), DEFAULT_TTL_S)\n"
+            "app.send_task(REPORT_TASK, kwargs=envelope, queue=control_queue())\n"
+            "app.close()\n"
+        )
+        result = subprocess.run(
+            [PYTHON, "-c", code, node, json.dumps(report)], cwd=REPO, env=self.agent_env(node),
+            capture_output=True, text=True, timeout=60,
+        )  # fmt: skip
+        assert result.returncode == 0, f"sending a report as {node} failed: {result.stderr}"
 
     def nodes(self) -> dict[str, dict[str, Any]]:
         assert self.api is not None
