@@ -25,6 +25,11 @@ class _Node:
         "comp",
         "whole",
         "version",
+        "cpus",
+        "ram",
+        "cpus_total",
+        "ram_total",
+        "group",
     )
 
     def __init__(self, state: NodeState, pos: int) -> None:
@@ -40,6 +45,31 @@ class _Node:
         self.whole: dict[Kind, list[int]] = {}
         # Bumped on every change of this node's free capacity.
         self.version = 0
+        # Free host CPU cores and memory (MB); None when the node does not report them.
+        self.cpus: int | None = _free(state.free_cpus, state.cpus)
+        self.ram: int | None = _free(state.free_memory_mb, state.memory_mb)
+        self.cpus_total = state.cpus if state.cpus is not None else self.cpus
+        self.ram_total = state.memory_mb if state.memory_mb is not None else self.ram
+        self.group = state.group
+
+    def host_fits(self, cpus: int, memory_mb: int) -> bool:
+        """Whether the node's free host CPUs and memory hold a member asking for these."""
+        return (self.cpus is None or self.cpus >= cpus) and (
+            self.ram is None or self.ram >= memory_mb
+        )
+
+    def host_add(self, cpus: int, memory_mb: int) -> None:
+        """Change the free host CPUs and memory by these amounts (negative books them),
+        kept between none and the node's total."""
+        if self.cpus is not None and cpus:
+            self.cpus = max(0, self.cpus + cpus)
+            if self.cpus_total is not None:
+                self.cpus = min(self.cpus, self.cpus_total)
+        if self.ram is not None and memory_mb:
+            self.ram = max(0, self.ram + memory_mb)
+            if self.ram_total is not None:
+                self.ram = min(self.ram, self.ram_total)
+        self.version += 1
 
     @classmethod
     def copy_of(cls, template: _Node, pos: int) -> _Node:
@@ -56,6 +86,8 @@ class _Node:
         node.comp = template.comp.copy()
         node.whole = {k: v.copy() for k, v in template.whole.items()}
         node.version = 0
+        node.cpus, node.ram, node.group = template.cpus, template.ram, template.group
+        node.cpus_total, node.ram_total = template.cpus_total, template.ram_total
         return node
 
 
@@ -96,12 +128,40 @@ class _KindIndex:
             self.pmask &= ~(1 << comp)
 
 
+def _free(free: int | None, total: int | None) -> int | None:
+    """What is free of a host resource: the free amount, else the total, else None."""
+    if free is not None:
+        return max(0, free)
+    return None if total is None else max(0, total)
+
+
 def _is_whole(mem: int, comp: int, gpu: GpuState) -> bool:
     return comp >= FULL_COMPUTE and mem >= gpu.memory_mb
 
 
 def _is_partial(mem: int, comp: int, gpu: GpuState) -> bool:
     return comp > 0 and mem > 0 and not _is_whole(mem, comp, gpu)
+
+
+def per_node_gpus(job: Any) -> int:
+    """Whole GPUs the job takes on each of its nodes (all of them for a one-node job)."""
+    per = getattr(job, "gpus_per_node", 0)
+    if per and job.gpus > per:
+        return int(job.gpus // (job.gpus // per))
+    return int(job.gpus)
+
+
+def node_count(job: Any) -> int:
+    """How many nodes the job spans."""
+    per = getattr(job, "gpus_per_node", 0)
+    if per and job.gpus > per:
+        return int(job.gpus // per)
+    return 1
+
+
+def host_request(job: Any) -> tuple[int, int]:
+    """(CPU cores, memory MB) the job asks of each node it uses."""
+    return int(getattr(job, "cpus", 0) or 0), int(getattr(job, "memory_mb", 0) or 0)
 
 
 def _request(job: Any) -> tuple[int, int]:

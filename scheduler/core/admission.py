@@ -3,6 +3,11 @@
 Checked against every node the fleet lists (down or draining ones too: they come back),
 and the team's hard limit and per-user cap. Messages name the numbers so a person can fix
 the request ("needs 16 GPUs on one node; the largest node has 8").
+
+A multi-node gang is checked member by member: its GPUs split evenly into members of
+`gpus_per_node`, enough nodes that could each hold one (GPUs of one kind, host CPUs and
+memory), and, with `same_group`, enough of them in one topology group. Host CPUs and
+memory asked per node must fit the largest node reporting them.
 """
 
 from __future__ import annotations
@@ -10,15 +15,18 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from scheduler.core._capacity_index import host_request, node_count, per_node_gpus
 from scheduler.core.model import FULL_COMPUTE, NodeState, TeamState
 
 
 class FleetProfile:
     """What admission needs to know of the fleet, computed once: the GPU models, and per
-    GPU kind (model, memory) the most GPUs of that kind on one node."""
+    GPU kind (model, memory) the most GPUs of that kind on one node; per node its GPU
+    counts by kind, host CPUs and memory (None: not reported) and group."""
 
     def __init__(self, nodes: Iterable[NodeState]) -> None:
         self.kinds: dict[tuple[str, int], int] = {}
+        self.nodes: list[tuple[dict[tuple[str, int], int], int | None, int | None, str]] = []
         for node in nodes:
             per_kind: dict[tuple[str, int], int] = {}
             for g in node.gpus:
@@ -26,6 +34,7 @@ class FleetProfile:
                 per_kind[key] = per_kind.get(key, 0) + 1
             for key, count in per_kind.items():
                 self.kinds[key] = max(self.kinds.get(key, 0), count)
+            self.nodes.append((per_kind, node.cpus, node.memory_mb, node.group))
         self.models = sorted({model for model, _ in self.kinds})
 
     def error(self, job: Any, team: TeamState | None) -> str | None:
@@ -34,6 +43,9 @@ class FleetProfile:
             return (
                 f"asks for {job.gpus} GPUs; ask for 1 or more, or 0 with a memory and compute share"
             )
+        shape_error = _shape_error(job)
+        if shape_error is not None:
+            return shape_error
         if not self.kinds:
             return "the fleet has no GPUs yet"
         if job.gpus == 0:
@@ -65,12 +77,73 @@ class FleetProfile:
                 (n for (_, mem), n in of_model.items() if mem >= (job.min_gpu_memory_mb or 0)),
                 default=0,
             )
-            if job.gpus > most:
-                plural = "s" if job.gpus != 1 else ""
-                return (
-                    f"needs {job.gpus} {label}GPU{plural} on one node; the largest node has {most}"
-                )
+            per = per_node_gpus(job)
+            plural = "s" if per != 1 else ""
+            where = "on each node" if node_count(job) > 1 else "on one node"
+            if per > most:
+                return f"needs {per} {label}GPU{plural} {where}; the largest node has {most}"
+        host_error = self._host_error(job)
+        if host_error is not None:
+            return host_error
+        if job.gpus and node_count(job) > 1:
+            gang_error = self._gang_error(job, of_model, label)
+            if gang_error is not None:
+                return gang_error
         return _limit_error(job, team)
+
+    def _host_error(self, job: Any) -> str | None:
+        cpus, memory_mb = host_request(job)
+        if cpus and all(c is not None for _, c, _, _ in self.nodes):
+            most = max((c or 0 for _, c, _, _ in self.nodes), default=0)
+            if cpus > most:
+                return f"needs {cpus} CPU cores per node; the largest node has {most}"
+        if memory_mb and all(m is not None for _, _, m, _ in self.nodes):
+            most = max((m or 0 for _, _, m, _ in self.nodes), default=0)
+            if memory_mb > most:
+                return (
+                    f"needs {megabytes(memory_mb)} of host memory per node; the largest node "
+                    f"has {megabytes(most)}"
+                )
+        return None
+
+    def _gang_error(self, job: Any, of_model: dict[tuple[str, int], int], label: str) -> str | None:
+        """Too few nodes could each hold a member (or, with same_group, too few in one
+        group): counted per GPU kind the job may use, host CPUs and memory included."""
+        need, per = node_count(job), per_node_gpus(job)
+        cpus, memory_mb = host_request(job)
+        best = 0
+        best_group = 0
+        for kind in of_model:
+            if kind[1] < (job.min_gpu_memory_mb or 0):
+                continue
+            holders = 0
+            groups: dict[str, int] = {}
+            for per_kind, c, m, group in self.nodes:
+                if per_kind.get(kind, 0) < per:
+                    continue
+                if (c is not None and c < cpus) or (m is not None and m < memory_mb):
+                    continue
+                holders += 1
+                if group:
+                    groups[group] = groups.get(group, 0) + 1
+            best = max(best, holders)
+            best_group = max(best_group, max(groups.values(), default=0))
+        each = f"{per} {label}GPU{'s' if per != 1 else ''} each"
+        if cpus or memory_mb:
+            each += " and the host CPUs and memory it asks for"
+        if best < need:
+            return f"needs {need} nodes with {each}; the fleet has {best}"
+        if job.same_group and best_group < need:
+            if not any(group for _, _, _, group in self.nodes):
+                return (
+                    f"must keep its {need} nodes in one topology group, and no node reports "
+                    "a group; turn off same_group or ask an admin to set node groups"
+                )
+            return (
+                f"must keep its {need} nodes in one topology group; the largest group has "
+                f"{best_group} nodes with {each}"
+            )
+        return None
 
 
 _last_profile: tuple[tuple[NodeState, ...], FleetProfile] | None = None
@@ -91,6 +164,31 @@ def fleet_profile(nodes: Iterable[NodeState]) -> FleetProfile:
 def admission_error(job: Any, nodes: Iterable[NodeState], team: TeamState | None) -> str | None:
     """Why the job can never start on this fleet under this team's limits, or None."""
     return fleet_profile(nodes).error(job, team)
+
+
+def megabytes(mb: int) -> str:
+    """'64 GB' for whole gigabytes, else '1500 MB'."""
+    return f"{mb // 1024} GB" if mb and mb % 1024 == 0 else f"{mb} MB"
+
+
+def _shape_error(job: Any) -> str | None:
+    """Requests that make no sense whatever the fleet: negative host needs, members that
+    do not split the GPUs evenly, a fraction spread over nodes."""
+    per = getattr(job, "gpus_per_node", 0) or 0
+    cpus, memory_mb = host_request(job)
+    if cpus < 0 or memory_mb < 0:
+        return "asks for a negative number of CPU cores or memory; ask for 0 or more"
+    if per < 0:
+        return f"asks for {per} GPUs per node; ask for 1 or more, or 0 for all on one node"
+    if per and job.gpus == 0:
+        return "a fractional job runs on one GPU; leave gpus_per_node at 0"
+    if per and job.gpus > per and job.gpus % per:
+        return (
+            f"asks for {job.gpus} GPUs in members of {per} GPUs per node; the total must be "
+            f"a multiple of {per} (for example {per * max(1, job.gpus // per)} or "
+            f"{per * (job.gpus // per + 1)})"
+        )
+    return None
 
 
 def _limit_error(job: Any, team: TeamState | None) -> str | None:

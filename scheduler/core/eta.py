@@ -4,7 +4,7 @@
 `estimate` plays the current plan forward: the plan's placements start now, every job ends
 at its expected time (prediction when the snapshot carries one, else its time limit),
 preempted jobs leave at once, and at each end the remaining queue is placed again by best
-fit within quotas, in the policy's order (stopping at the first job that does not fit for
+fit within quotas (a multi-node gang on all its nodes at once), in the policy's order (stopping at the first job that does not fit for
 a blocking policy such as fcfs). A job with a reservation is given at most its reserved
 start. New submissions, failures and the policy's finer rules (packing searches,
 preemption, re-ranking as jobs age) are not simulated, so these are estimates.
@@ -24,7 +24,7 @@ from typing import Any
 
 from scheduler.core.admission import admission_error
 from scheduler.core.model import PendingJob, Plan, Snapshot
-from scheduler.core.placement import FreeCapacity
+from scheduler.core.placement import FreeCapacity, Members
 from scheduler.core.quota import QuotaLedger
 
 DEFAULT_MAX_EVENTS = 500
@@ -55,22 +55,24 @@ def estimate(
 
     cap = FreeCapacity.from_snapshot(snapshot)
     quota = QuotaLedger.from_snapshot(snapshot)
-    ends: list[tuple[float, int, Any, str, tuple[int, ...]]] = []
+    ends: list[tuple[float, int, Any, Members]] = []
     seq = count()
     preempted = {p.job_id for p in plan.preempts}
     for r in snapshot.running:
         end = now if r.id in preempted else max(r.expected_end, now)
-        heapq.heappush(ends, (end, next(seq), r, r.node, r.gpu_indices))
+        heapq.heappush(ends, (end, next(seq), r, r.allocations))
     for place in plan.places:
         job = pending.get(place.job_id)
         if job is None:
             continue
-        out[job.id] = (position[job.id], now, f"starts now on {place.node}")
-        if cap.fits(job, place.node, place.gpu_indices):
-            cap.take(job, place.node, place.gpu_indices)
+        members = place.allocations
+        where = ", ".join(m.node for m in members)
+        out[job.id] = (position[job.id], now, f"starts now on {where}")
+        if cap.fits_members(job, members):
+            cap.take_members(job, members)
         quota.take(job)
         end = now + job.expected_runtime
-        heapq.heappush(ends, (end, next(seq), job, place.node, place.gpu_indices))
+        heapq.heappush(ends, (end, next(seq), job, members))
 
     remaining = [pending[i] for i in plan.order if i in pending and i not in out]
     blocking = bool(getattr(policy, "blocking", False))
@@ -80,8 +82,8 @@ def estimate(
         if t - now > horizon:
             break
         while ends and ends[0][0] <= t:
-            _, _, job, node, indices = heapq.heappop(ends)
-            cap.release(job, node, indices)
+            _, _, job, members = heapq.heappop(ends)
+            cap.release_members(job, members)
             quota.release(job)
         events += 1
         live = cap.shapes_that_fit(remaining)
@@ -95,7 +97,7 @@ def estimate(
             shape = FreeCapacity.shape(job)
             choice = None
             if shape in live and quota.check(job) is None:
-                choice = cap.best_fit(job)
+                choice = cap.best_fit_members(job)
                 if choice is None:
                     live.discard(shape)
             if choice is None:
@@ -104,10 +106,10 @@ def estimate(
                     still.extend(remaining[i + 1 :])
                     break
                 continue
-            cap.take(job, *choice)
+            cap.take_members(job, choice)
             quota.take(job)
             out[job.id] = (position[job.id], t, reasons.get(job.id, ""))
-            heapq.heappush(ends, (t + job.expected_runtime, next(seq), job, *choice))
+            heapq.heappush(ends, (t + job.expected_runtime, next(seq), job, choice))
         remaining = still
 
     capped = "; no estimate within the forecast window"
@@ -133,6 +135,7 @@ def what_if(
     plan = policy.schedule(trial)
     for place in plan.places:
         if place.job_id == job.id:
-            return True, place.node, snapshot.now, f"would start now on {place.node}"
+            where = ", ".join(m.node for m in place.allocations)
+            return True, place.node, snapshot.now, f"would start now on {where}"
     position, eta, reason = estimate(trial, policy, plan=plan)[job.id]
     return False, None, eta, f"would be number {position} in the queue: {reason}"

@@ -17,6 +17,17 @@ Indexes keep a cycle cheap on large fleets:
   so a fraction first looks at the fullest GPUs that still take it.
 - A request shape that found nothing is remembered until some capacity is released:
   in a cycle capacity only shrinks, so a second job of the same shape is skipped at once.
+
+Host CPUs and memory are capacity too: a job's `cpus` and `memory_mb` (per node) must fit
+what the node has free, and `take`/`release` book them. Nodes that do not report them are
+not limited; jobs that ask for none, or a fleet where no node reports them, keep the plain
+GPU paths above.
+
+A multi-node gang (`gpus_per_node`) goes through `best_fit_members`, `fits_members`,
+`take_members` and `release_members`: every member on its own node, all GPUs of one kind,
+placed all at once or not at all. Its nodes come from as few topology groups as possible
+(one when the job says `same_group`), then from the nodes with the fewest free GPUs that
+still hold a member, which keeps whole nodes for bigger gangs.
 """
 
 from __future__ import annotations
@@ -32,10 +43,14 @@ from scheduler.core._capacity_index import (
     _lowest_bit,
     _Node,
     _request,
+    host_request,
+    node_count,
+    per_node_gpus,
 )
-from scheduler.core.model import FULL_COMPUTE, GpuState, NodeState, Snapshot
+from scheduler.core.model import FULL_COMPUTE, GpuState, Member, NodeState, Snapshot
 
 Choice = tuple[str, tuple[int, ...]]
+Members = tuple[Member, ...]
 
 
 class _Template:
@@ -94,6 +109,8 @@ class FreeCapacity:
         self._fails: set[tuple[Any, ...]] = set()
         self._roomiest: dict[tuple[Any, ...], tuple[int, Any]] = {}
         self.version = 0
+        # Whether some node reports host CPUs or memory (else they limit nothing).
+        self._host = any(n.cpus is not None or n.ram is not None for n in self._nodes)
         kinds = self._kinds
         for node, t in zip(self._nodes, templates, strict=True):
             for kind, comp, p in t.partial:
@@ -148,10 +165,27 @@ class FreeCapacity:
 
     @staticmethod
     def shape(job: Any) -> tuple[Any, ...]:
-        """What decides where a job may go: its GPU count or fraction, and its constraints."""
+        """What decides where a job may go: its GPU count or fraction, how it spreads over
+        nodes, its host CPUs and memory, and its constraints."""
         if job.gpus:
-            return (job.gpus, job.gpu_model, job.min_gpu_memory_mb)
-        return (0, job.gpu_model, job.min_gpu_memory_mb, job.gpu_memory_mb, job.gpu_compute_percent)
+            return (
+                job.gpus,
+                job.gpu_model,
+                job.min_gpu_memory_mb,
+                job.gpus_per_node,
+                job.cpus,
+                job.memory_mb,
+                job.same_group,
+            )
+        return (
+            0,
+            job.gpu_model,
+            job.min_gpu_memory_mb,
+            job.gpu_memory_mb,
+            job.gpu_compute_percent,
+            job.cpus,
+            job.memory_mb,
+        )
 
     # -- queries -------------------------------------------------------------------------
 
@@ -161,16 +195,120 @@ class FreeCapacity:
         Gangs go to the node with the fewest wholly free GPUs that still holds them, which
         keeps whole nodes free for large gangs. Fractions go to the partly used GPU with the
         least free compute that still takes them, and only then start a free GPU (on the
-        node with the fewest free GPUs).
+        node with the fewest free GPUs). A job asking for host CPUs or memory only goes
+        where they fit.
+
+        For one-node jobs; a multi-node gang goes through `best_fit_members`.
         """
         shape = self.shape(job)
         if shape in self._fails:
             return None
+        if job.gpus_per_node and job.gpus > job.gpus_per_node:
+            raise ValueError(f"job {job.id} spans several nodes: use best_fit_members")
         kinds = self._eligible_kinds(job)
-        choice = self._best_gang(job.gpus, kinds) if job.gpus else self._best_fraction(job, kinds)
+        if self._host and (job.cpus or job.memory_mb):
+            host = (job.cpus, job.memory_mb)
+            if job.gpus:
+                choice = self._best_whole_host(job.gpus, kinds, host)
+            else:
+                choice = self._best_fraction(job, kinds, host)
+        elif job.gpus:
+            choice = self._best_gang(job.gpus, kinds)
+        else:
+            choice = self._best_fraction(job, kinds)
         if choice is None:
             self._fails.add(shape)
         return choice
+
+    def best_fit_ignoring_host(self, job: Any) -> Choice | None:
+        """Where a one-node job would go if host CPUs and memory did not count (for
+        explanations; no shape cache)."""
+        kinds = self._eligible_kinds(job)
+        if job.gpus:
+            return self._best_gang(per_node_gpus(job), kinds)
+        return self._best_fraction(job, kinds)
+
+    def best_fit_members(self, job: Any) -> Members | None:
+        """Every member of the job's best placement, rank 0 first, or None when it does not
+        fit now: one member for a one-node job (as `best_fit`); for a multi-node gang a
+        distinct node per member, all of them or none."""
+        if not (job.gpus_per_node and job.gpus > job.gpus_per_node):
+            choice = self.best_fit(job)
+            return None if choice is None else (Member(choice[0], choice[1]),)
+        shape = self.shape(job)
+        if shape in self._fails:
+            return None
+        found = self._best_spread(job, self._eligible_kinds(job))
+        if found is None:
+            self._fails.add(shape)
+        return found
+
+    def _spread_candidates(
+        self, ki: _KindIndex, per: int, host: tuple[int, int]
+    ) -> dict[str, list[tuple[int, int]]]:
+        """Per topology group, (free count, node position) of the nodes that hold a member
+        (`per` wholly free GPUs of this kind and the host share), tightest first."""
+        by_group: dict[str, list[tuple[int, int]]] = {}
+        nodes = self._nodes
+        check = self._host and (host[0] or host[1])
+        for count in range(per, len(ki.buckets)):
+            if not (ki.bmask >> count) & 1:
+                continue
+            for pos in ki.buckets[count]:
+                node = nodes[pos]
+                if check and not node.host_fits(*host):
+                    continue
+                by_group.setdefault(node.group, []).append((count, pos))
+        return by_group
+
+    def _best_spread(self, job: Any, kinds: list[_KindIndex]) -> Members | None:
+        need, per = node_count(job), per_node_gpus(job)
+        host = host_request(job)
+        best: tuple[tuple[int, int], _KindIndex, list[tuple[int, int]]] | None = None
+        for ki in kinds:
+            if ki.whole_total < need * per:
+                continue
+            by_group = self._spread_candidates(ki, per, host)
+            picked = spread(by_group, need, job.same_group)
+            if picked is None:
+                continue
+            groups, chosen = picked
+            key = (groups, sum(count for count, _ in chosen))
+            if best is None or key < best[0]:
+                best = (key, ki, chosen)
+        if best is None:
+            return None
+        _, ki, chosen = best
+        kind = (ki.model, ki.memory_mb)
+        out = []
+        for _, pos in chosen:
+            node = self._nodes[pos]
+            out.append(Member(node.name, tuple(node.gpus[p].index for p in node.whole[kind][:per])))
+        return tuple(out)
+
+    def _best_whole_host(
+        self, k: int, kinds: list[_KindIndex], host: tuple[int, int]
+    ) -> Choice | None:
+        """As _best_gang, skipping nodes without the host CPUs and memory asked for."""
+        best: tuple[int, int, _KindIndex] | None = None
+        nodes = self._nodes
+        for ki in kinds:
+            m = ki.bmask >> k
+            while m:
+                low = m & -m
+                count = k + low.bit_length() - 1
+                if best is not None and count >= best[0]:
+                    break
+                hit = next((p for p in ki.buckets[count] if nodes[p].host_fits(*host)), None)
+                if hit is not None:
+                    best = (count, hit, ki)
+                    break
+                m ^= low
+        if best is None:
+            return None
+        node, ki = nodes[best[1]], best[2]
+        positions = node.whole[(ki.model, ki.memory_mb)][:k]
+        return node.name, tuple(node.gpus[p].index for p in positions)
 
     def _best_gang(self, k: int, kinds: list[_KindIndex]) -> Choice | None:
         best: _KindIndex | None = None
@@ -189,8 +327,11 @@ class FreeCapacity:
         positions = node.whole[(best.model, best.memory_mb)][:k]
         return node.name, tuple(node.gpus[p].index for p in positions)
 
-    def _best_fraction(self, job: Any, kinds: list[_KindIndex]) -> Choice | None:
+    def _best_fraction(
+        self, job: Any, kinds: list[_KindIndex], host: tuple[int, int] | None = None
+    ) -> Choice | None:
         mem, comp = _request(job)
+        nodes = self._nodes
         start = max(comp, 1)
         best: tuple[int, int, int] | None = None  # (free compute, node pos, gpu pos)
         for ki in kinds:
@@ -202,7 +343,9 @@ class FreeCapacity:
                     break
                 hit = None
                 for node_pos, p in ki.partial[value]:
-                    if self._nodes[node_pos].mem[p] >= mem:
+                    if nodes[node_pos].mem[p] >= mem and (
+                        host is None or nodes[node_pos].host_fits(*host)
+                    ):
                         hit = (value, node_pos, p)
                         break
                 if hit is not None:
@@ -210,25 +353,27 @@ class FreeCapacity:
                     break
                 m ^= low
         if best is not None:
-            node = self._nodes[best[1]]
+            node = nodes[best[1]]
             return node.name, (node.gpus[best[2]].index,)
-        gang = self._best_gang(1, kinds)
-        return gang
+        if host is not None:
+            return self._best_whole_host(1, kinds, host)
+        return self._best_gang(1, kinds)
 
     def best_fit_on(self, job: Any, node: str) -> Choice | None:
         """Best fit restricted to one node (no shape cache: used while GPUs are unheld)."""
         n = self._by_name.get(node)
-        if n is None or not n.schedulable:
+        if n is None or not n.schedulable or not n.host_fits(*host_request(job)):
             return None
         if job.gpus:
+            k = per_node_gpus(job)
             best: list[int] | None = None
             for kind, positions in n.whole.items():
-                if len(positions) >= job.gpus and self._kind_ok(job, kind[0], kind[1]):
+                if len(positions) >= k and self._kind_ok(job, kind[0], kind[1]):
                     if best is None or len(positions) < len(best):
                         best = positions
             if best is None:
                 return None
-            return n.name, tuple(n.gpus[p].index for p in best[: job.gpus])
+            return n.name, tuple(n.gpus[p].index for p in best[:k])
         mem, comp = _request(job)
         pick: tuple[int, int] | None = None
         for p, gpu in enumerate(n.gpus):
@@ -243,9 +388,9 @@ class FreeCapacity:
     def fits(self, job: Any, node: str, gpu_indices: tuple[int, ...]) -> bool:
         """Whether the job fits on exactly these GPUs now (constraints and free capacity)."""
         n = self._by_name.get(node)
-        if n is None or not n.schedulable:
+        if n is None or not n.schedulable or not n.host_fits(*host_request(job)):
             return False
-        if job.gpus and len(set(gpu_indices)) != job.gpus:
+        if job.gpus and len(set(gpu_indices)) != per_node_gpus(job):
             return False
         if not job.gpus and len(gpu_indices) != 1:
             return False
@@ -266,13 +411,32 @@ class FreeCapacity:
                 return False
         return len(kinds) == 1
 
+    def fits_members(self, job: Any, members: Members) -> bool:
+        """Whether the job fits on exactly these members now: one per node it spans, each
+        on its own node, every GPU of one kind, in one group when it says same_group."""
+        if len(members) != node_count(job) or len({m.node for m in members}) != len(members):
+            return False
+        kinds: set[Kind] = set()
+        groups = set()
+        for m in members:
+            if not self.fits(job, m.node, m.gpu_indices):
+                return False
+            n = self._by_name[m.node]
+            kinds.update(n.kind_of[n.index_of[i]] for i in m.gpu_indices)
+            groups.add(n.group)
+        if getattr(job, "same_group", False) and len(members) > 1:
+            if len(groups) != 1 or "" in groups:
+                return False
+        return len(kinds) == 1
+
     def candidates(self, job: Any) -> list[Choice]:
         """Every feasible choice, best fit first: one per node for a gang (its lowest free
         GPUs of each kind), one per GPU for a fraction."""
         kinds = self._eligible_kinds(job)
         out: list[tuple[tuple[int, int], Choice]] = []
+        host = host_request(job)
         if job.gpus:
-            k = job.gpus
+            k = per_node_gpus(job)
             for ki in kinds:
                 for count in range(k, len(ki.buckets)):
                     for node_pos in ki.buckets[count]:
@@ -295,6 +459,8 @@ class FreeCapacity:
                             rank = (FULL_COMPUTE + count, node_pos)
                             out.append((rank, (node.name, (node.gpus[p].index,))))
         out.sort(key=lambda item: item[0])
+        if self._host and (host[0] or host[1]):
+            return [c for _, c in out if self._by_name[c[0]].host_fits(*host)]
         return [choice for _, choice in out]
 
     def largest_free_block(self, model: str | None = None) -> tuple[int, str | None]:
@@ -346,12 +512,26 @@ class FreeCapacity:
                         best = (node.mem[p], value, node.name, node.gpus[p].index)
         return best
 
+    def member_room(self, job: Any) -> tuple[int, int, int]:
+        """For a multi-node gang, over the GPU kind with the most: nodes with a member's
+        GPUs wholly free, those of them with its host CPUs and memory too, and the most
+        of the latter in one topology group (for explanations)."""
+        per, host = per_node_gpus(job), host_request(job)
+        best = (0, 0, 0)
+        for ki in self._eligible_kinds(job):
+            ready = sum(len(ki.buckets[c]) for c in range(per, len(ki.buckets)))
+            by_group = self._spread_candidates(ki, per, host)
+            with_host = sum(len(c) for c in by_group.values())
+            in_group = max((len(c) for g, c in by_group.items() if g), default=0)
+            best = max(best, (ready, with_host, in_group))
+        return best
+
     def shapes_that_fit(self, jobs: Any) -> set[tuple[Any, ...]]:
         """Request shapes among `jobs` that fit somewhere now (one best_fit per shape)."""
         seen: dict[tuple[Any, ...], Any] = {}
         for job in jobs:
             seen.setdefault(self.shape(job), job)
-        return {shape for shape, job in seen.items() if self.best_fit(job) is not None}
+        return {shape for shape, job in seen.items() if self.best_fit_members(job) is not None}
 
     def has_partial(self) -> bool:
         """Whether some schedulable GPU is partly used and still has room."""
@@ -402,6 +582,20 @@ class FreeCapacity:
                 self._set(n, p, 0, 0)
             else:
                 self._set(n, p, max(0, n.mem[p] - mem), max(0, n.comp[p] - comp))
+        cpus, ram = host_request(job)
+        if cpus or ram:
+            n.host_add(-cpus, -ram)
+            self.version += 1
+
+    def take_members(self, job: Any, members: Members) -> None:
+        """Book every member of a placement (the caller has checked that it fits)."""
+        for m in members:
+            self.take(job, m.node, m.gpu_indices)
+
+    def release_members(self, job: Any, members: Members) -> None:
+        """Give back every member of a placement."""
+        for m in members:
+            self.release(job, m.node, m.gpu_indices)
 
     def release(self, job: Any, node: str, gpu_indices: tuple[int, ...]) -> None:
         """Give back what the job held on these GPUs (a running job ending, a booking undone)."""
@@ -416,6 +610,10 @@ class FreeCapacity:
                 self._set(
                     n, p, min(gpu.memory_mb, n.mem[p] + mem), min(FULL_COMPUTE, n.comp[p] + comp)
                 )
+        cpus, ram = host_request(job)
+        if cpus or ram:
+            n.host_add(cpus, ram)
+            self.version += 1
         self._fails.clear()
 
     def hold(self, node: str, gpu_index: int) -> tuple[int, int]:
@@ -435,6 +633,37 @@ class FreeCapacity:
         gpu = n.gpus[p]
         mem = min(gpu.memory_mb, n.mem[p] + amount[0])
         self._set(n, p, mem, min(FULL_COMPUTE, n.comp[p] + amount[1]))
+
+    def hold_host(self, node: str, cpus: int, memory_mb: int) -> tuple[int, int]:
+        """Book up to these host CPUs and memory on a node (what is free of them); returns
+        the amount held, for `unhold_host`."""
+        n = self._by_name[node]
+        held = (
+            0 if n.cpus is None else min(n.cpus, cpus),
+            0 if n.ram is None else min(n.ram, memory_mb),
+        )
+        if held[0] or held[1]:
+            n.host_add(-held[0], -held[1])
+            self.version += 1
+        return held
+
+    def unhold_host(self, node: str, amount: tuple[int, int]) -> None:
+        """Give back a host hold (remembered failures stay, as with `unhold`)."""
+        if amount[0] or amount[1]:
+            self._by_name[node].host_add(amount[0], amount[1])
+            self.version += 1
+
+    def host_free(self, node: str) -> tuple[int | None, int | None]:
+        """(free CPU cores, free memory MB) of a node; None where it does not report them."""
+        n = self._by_name[node]
+        return n.cpus, n.ram
+
+    def host_limited(self) -> bool:
+        """Whether some node reports host CPUs or memory."""
+        return self._host
+
+    def group_of(self, node: str) -> str:
+        return self._by_name[node].group
 
     def _set(self, n: _Node, p: int, mem: int, comp: int) -> None:
         gpu = n.gpus[p]
@@ -462,3 +691,34 @@ class FreeCapacity:
             ki.partial_remove(old_comp, key)
         if _is_partial(mem, comp, gpu):
             ki.partial_add(comp, key)
+
+
+def spread(
+    by_group: dict[str, list[tuple[int, int]]], need: int, same_group: bool
+) -> tuple[int, list[tuple[int, int]]] | None:
+    """Pick `need` nodes from per-group candidates ((free count, position), tightest first):
+    (groups used, picks), or None. One group when some group holds them all (the one whose
+    picks leave the fewest GPUs behind); else, unless `same_group`, the biggest groups first,
+    which uses the fewest groups, taking the tightest nodes of the last one. Nodes without
+    a group ("") never satisfy `same_group`; one member needs no group."""
+    same_group = same_group and need > 1
+    whole = [
+        (sum(c for c, _ in cands[:need]), group)
+        for group, cands in by_group.items()
+        if len(cands) >= need and (group or not same_group)
+    ]
+    if whole:
+        _, group = min(whole)
+        return 1, by_group[group][:need]
+    if same_group:
+        return None
+    if sum(len(c) for c in by_group.values()) < need:
+        return None
+    picks: list[tuple[int, int]] = []
+    groups = 0
+    for group in sorted(by_group, key=lambda g: (-len(by_group[g]), g)):
+        groups += 1
+        picks.extend(by_group[group][: need - len(picks)])
+        if len(picks) >= need:
+            break
+    return groups, picks

@@ -4,9 +4,15 @@ Who may be preempted is the caller's rule (a team reclaiming its guarantee from
 borrowers, a higher QoS over a lower one, least attained service); this module only picks,
 among the allowed victims, the set that loses the least work: on each node, victims are
 taken by least elapsed run time first (then fewest GPUs) until the job fits, then any
-victim the job turns out not to need is dropped again. All victims of a gang sit on the
-node the gang will use. The node whose set loses the least work (GPU-seconds run so far)
+victim the job turns out not to need is dropped again. All victims of a one-node job sit
+on the node it will use. The node whose set loses the least work (GPU-seconds run so far)
 wins, fewer victims breaking ties.
+
+A multi-node gang needs that on as many nodes as it has members, all with GPUs of one kind
+(and in one group when it says same_group): per node the cheapest set is found the same
+way (nothing, where a member fits already), and the cheapest nodes are taken. A running
+multi-node job preempted frees all its members; it counts on every node it spans, and its
+lost work is the whole gang's.
 """
 
 from __future__ import annotations
@@ -15,7 +21,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Any
 
-from scheduler.core.model import FULL_COMPUTE, GpuState, RunningJob
+from scheduler.core._capacity_index import host_request, node_count, per_node_gpus
+from scheduler.core.model import FULL_COMPUTE, GpuState, Member, RunningJob
 from scheduler.core.placement import FreeCapacity
 
 # Settings key "qos_ranks" overrides these; a higher rank may preempt a lower one when
@@ -29,6 +36,16 @@ class Victims:
     gpu_indices: tuple[int, ...]  # where the pending job will go once the victims are gone
     jobs: tuple[RunningJob, ...]
     lost_gpu_seconds: float
+    # Further members of a multi-node gang (rank order), each on its own node.
+    members: tuple[Member, ...] = ()
+
+    @property
+    def allocations(self) -> tuple[Member, ...]:
+        return (Member(self.node, self.gpu_indices), *self.members)
+
+
+# A victim's share of one node: the job and its GPU indices there.
+Share = tuple[RunningJob, tuple[int, ...]]
 
 
 def lost_work(job: RunningJob, now: float) -> float:
@@ -54,39 +71,42 @@ def choose_victims(
     can lose less), stopping once that bound exceeds the best set found or after
     `max_nodes` nodes, which keeps a cycle bounded on large fleets.
     """
-    by_node: dict[str, list[RunningJob]] = {}
+    by_node: dict[str, list[Share]] = {}
     least: dict[str, float] = {}  # per node, the least work one of its victims would lose
     schedulable: dict[str, bool] = {}
     for victim in allowed:
-        node = victim.node
-        ok = schedulable.get(node)
-        if ok is None:
-            ok = schedulable[node] = cap.is_schedulable(node)
-        if not ok:
-            continue
         lost = lost_work(victim, now)
-        on_node = by_node.get(node)
-        if on_node is None:
-            by_node[node] = [victim]
-            least[node] = lost
-        else:
-            on_node.append(victim)
-            if lost < least[node]:
+        for member in victim.allocations:
+            node = member.node
+            ok = schedulable.get(node)
+            if ok is None:
+                ok = schedulable[node] = cap.is_schedulable(node)
+            if not ok:
+                continue
+            on_node = by_node.get(node)
+            if on_node is None:
+                by_node[node] = [(victim, member.gpu_indices)]
                 least[node] = lost
+            else:
+                on_node.append((victim, member.gpu_indices))
+                if lost < least[node]:
+                    least[node] = lost
+    if node_count(job) > 1:
+        return _for_gang(job, cap, by_node, now)
+    k = max(job.gpus, 1)
     ranked = [(least[node], node, victims) for node, victims in by_node.items()]
     ranked.sort(key=lambda item: (item[0], item[1]))
     best: Victims | None = None
     visited = 0
-    for bound, node, victims in ranked:
+    for bound, node, shares in ranked:
         if visited >= max_nodes or (best is not None and bound > best.lost_gpu_seconds):
             break
         eligible = {g.index: g for g in cap.node_gpus(node) if cap.eligible(job, node, g)}
-        victims = [v for v in victims if any(i in eligible for i in v.gpu_indices)]
-        if not victims or len(eligible) < max(job.gpus, 1):
+        shares = [v for v in shares if any(i in eligible for i in v[1])]
+        if not shares or len(eligible) < k:
             continue
         visited += 1
-        victims.sort(key=lambda r: (now - r.started_at, r.gpu_equivalent, r.id))
-        found = _on_node(job, cap, node, victims, eligible, now)
+        found = _on_node(job, k, cap, node, _ordered(shares, now), eligible, now)
         if found is None:
             continue
         key = (found.lost_gpu_seconds, len(found.jobs))
@@ -95,46 +115,129 @@ def choose_victims(
     return best
 
 
+def _ordered(shares: list[Share], now: float) -> list[Share]:
+    return sorted(shares, key=lambda s: (now - s[0].started_at, s[0].gpu_equivalent, s[0].id))
+
+
+def _for_gang(
+    job: Any, cap: FreeCapacity, by_node: dict[str, list[Share]], now: float
+) -> Victims | None:
+    """Victims freeing a member's worth on enough distinct nodes, GPUs of one kind."""
+    need, per = node_count(job), per_node_gpus(job)
+    same_group = bool(getattr(job, "same_group", False))
+    per_kind: dict[tuple[str, int], list[tuple[float, int, str, Victims]]] = {}
+    for node in cap.node_names():
+        if not cap.is_schedulable(node):
+            continue
+        kinds: dict[tuple[str, int], dict[int, GpuState]] = {}
+        for g in cap.node_gpus(node):
+            if cap.eligible(job, node, g):
+                kinds.setdefault((g.model, g.memory_mb), {})[g.index] = g
+        for kind, eligible in kinds.items():
+            if len(eligible) < per:
+                continue
+            shares = [v for v in by_node.get(node, ()) if any(i in eligible for i in v[1])]
+            ordered = _ordered(shares, now)
+            found = _on_node(job, per, cap, node, ordered, eligible, now, as_is=True)
+            if found is not None:
+                entry = (found.lost_gpu_seconds, len(found.jobs), node, found)
+                per_kind.setdefault(kind, []).append(entry)
+    best: tuple[tuple[float, int], list[Victims]] | None = None
+    for entries in per_kind.values():
+        entries.sort(key=lambda e: e[:3])
+        pools: dict[str, list[Victims]] = {}
+        if same_group:
+            for entry in entries:
+                group = cap.group_of(entry[2])
+                if group:
+                    pools.setdefault(group, []).append(entry[3])
+        else:
+            pools[""] = [e[3] for e in entries]
+        for chosen in pools.values():
+            if len(chosen) < need:
+                continue
+            picked = chosen[:need]
+            jobs = {j.id: j for v in picked for j in v.jobs}
+            key = (sum(lost_work(j, now) for j in jobs.values()), len(jobs))
+            if best is None or key < best[0]:
+                best = (key, picked)
+    if best is None:
+        return None
+    (lost, count), picked = best
+    if not count:
+        return None  # it fits without victims: nothing for preemption to do
+    victims = tuple({j.id: j for v in picked for j in v.jobs}.values())
+    first, rest = picked[0], picked[1:]
+    return Victims(
+        first.node,
+        first.gpu_indices,
+        victims,
+        lost,
+        tuple(Member(v.node, v.gpu_indices) for v in rest),
+    )
+
+
 def _on_node(
     job: Any,
+    k: int,
     cap: FreeCapacity,
     node: str,
-    ordered: list[RunningJob],
+    ordered: list[Share],
     eligible: dict[int, GpuState],
     now: float,
+    *,
+    as_is: bool = False,
 ) -> Victims | None:
+    """The cheapest victims on one node for k whole GPUs (or a fraction); with `as_is`,
+    none when the job fits there already."""
     base = {i: cap.free_on(node, i) for i in eligible}
+    host = cap.host_free(node)
     now_free = set(cap.whole_free(node))
-    chosen: list[RunningJob] = []
-    target = None
-    for victim in ordered:
-        chosen.append(victim)
-        target = _fit_after(job, eligible, base, now_free, chosen)
-        if target is not None:
-            break
+    chosen: list[Share] = []
+    target = _fit_after(job, k, eligible, base, host, now_free, chosen) if as_is else None
+    if target is None:
+        for victim in ordered:
+            chosen.append(victim)
+            target = _fit_after(job, k, eligible, base, host, now_free, chosen)
+            if target is not None:
+                break
     if target is None:
         return None
     # Drop victims added early whose GPUs the job does not need after all.
     for victim in list(chosen[:-1]):
         rest = [c for c in chosen if c is not victim]
-        again = _fit_after(job, eligible, base, now_free, rest)
+        again = _fit_after(job, k, eligible, base, host, now_free, rest)
         if again is not None:
             chosen, target = rest, again
-    lost = sum(lost_work(c, now) for c in chosen)
-    return Victims(node, target, tuple(chosen), lost)
+    lost = sum(lost_work(c[0], now) for c in chosen)
+    return Victims(node, target, tuple(c[0] for c in chosen), lost)
 
 
 def _fit_after(
     job: Any,
+    k: int,
     eligible: dict[int, GpuState],
     base: dict[int, tuple[int, int]],
+    host: tuple[int | None, int | None],
     now_free: set[int],
-    gone: list[RunningJob],
+    gone: list[Share],
 ) -> tuple[int, ...] | None:
-    """GPU indices the job would take on the node once `gone` have released their share."""
+    """GPU indices the job would take on the node once `gone` have released their share
+    there (k whole GPUs, or a fraction), or None; host CPUs and memory must fit too."""
+    cpus, ram = host_request(job)
+    if cpus or ram:
+        free_cpus, free_ram = host
+        for victim, _ in gone:
+            v_cpus, v_ram = host_request(victim)
+            free_cpus = None if free_cpus is None else free_cpus + v_cpus
+            free_ram = None if free_ram is None else free_ram + v_ram
+        if (free_cpus is not None and free_cpus < cpus) or (
+            free_ram is not None and free_ram < ram
+        ):
+            return None
     free = {i: list(v) for i, v in base.items()}
-    for victim in gone:
-        for idx in victim.gpu_indices:
+    for victim, indices in gone:
+        for idx in indices:
             if idx not in free:
                 continue
             size = eligible[idx].memory_mb
@@ -149,11 +252,11 @@ def _fit_after(
             mem, comp = free[idx]
             if comp >= FULL_COMPUTE and mem >= g.memory_mb:
                 by_kind.setdefault((g.model, g.memory_mb), []).append(idx)
-        for indices in by_kind.values():
-            if len(indices) >= job.gpus:
+        for whole in by_kind.values():
+            if len(whole) >= k:
                 # Prefer GPUs free already, so that fewer victims are needed in practice.
-                indices.sort(key=lambda i: (i not in now_free, i))
-                return tuple(sorted(indices[: job.gpus]))
+                whole.sort(key=lambda i: (i not in now_free, i))
+                return tuple(sorted(whole[:k]))
         return None
     need_mem, need_comp = max(job.gpu_memory_mb or 0, 1), max(job.gpu_compute_percent or 0, 1)
     for idx in sorted(eligible):

@@ -11,6 +11,9 @@ A policy is then mostly an order plus flags:
   guarantee reclaims GPUs from borrowing teams (settings "preemption", default on), a
   higher QoS preempts a lower one (settings "qos_preemption", default off), and the
   policy may add its own rule (least attained service).
+
+A multi-node gang is placed whole or not at all (FreeCapacity.best_fit_members); its
+reservation and its preemptions span every node it needs.
 """
 
 from __future__ import annotations
@@ -22,7 +25,7 @@ from typing import Any
 from scheduler.core.admission import FleetProfile
 from scheduler.core.explain import why_waiting
 from scheduler.core.model import (
-    FULL_COMPUTE,
+    Member,
     PendingJob,
     Place,
     Plan,
@@ -32,10 +35,15 @@ from scheduler.core.model import (
     Snapshot,
     Wait,
 )
-from scheduler.core.placement import Choice, FreeCapacity
+from scheduler.core.placement import Choice, FreeCapacity, Members
 from scheduler.core.preemption import choose_victims, qos_rank
 from scheduler.core.quota import QuotaLedger
-from scheduler.core.reservation import earliest_start, occupant_of, running_occupants
+from scheduler.core.reservation import (
+    earliest_start,
+    earliest_start_members,
+    occupants_of,
+    running_occupants,
+)
 from scheduler.policies.cycle_parts import HeldReservation, QueueRest, duration
 
 VictimRule = Callable[[PendingJob, RunningJob], str | None]
@@ -121,6 +129,8 @@ class Cycle:
         if limit is not None:
             self._waits[job.id] = (job, "quota", limit)
             return False
+        if job.gpus_per_node and job.gpus > job.gpus_per_node:
+            return self._consider_gang(job)
         choice = self.cap.best_fit(job)
         held = self._reservation
         if choice is None and held is not None and self.now + job.time_limit <= held.start:
@@ -135,6 +145,19 @@ class Cycle:
             return True
         self._on_no_room(job)
         return False
+
+    def _consider_gang(self, job: PendingJob) -> bool:
+        """A multi-node gang: every member now, or none (it does not backfill inside a
+        reservation: its nodes would all have to be the reserved ones)."""
+        members = self.cap.best_fit_members(job)
+        if members is None:
+            self._on_no_room(job)
+            return False
+        held = self._reservation
+        reason = f"backfilled beside job {held.job_id}'s reservation" if held else ""
+        self.cap.take_members(job, members)
+        self._book_members(job, members, reason)
+        return True
 
     def consider_all(self, jobs: Sequence[PendingJob]) -> None:
         """`consider` each job in order. Once no later job can start, preempt or reserve
@@ -194,8 +217,8 @@ class Cycle:
         short_need, short_fraction = rest.ending_by(self.now, held.start)
         if short_fraction[i]:
             return False
-        whole_held = sum(1 for _, comp in held.amounts.values() if comp >= FULL_COMPUTE)
-        return short_need[i] > len(self.cap.whole_free(held.node)) + whole_held
+        room = max(len(self.cap.whole_free(n)) + held.whole_held(n) for n in held.nodes)
+        return short_need[i] > room
 
     def _wait_rest(self, jobs: list[PendingJob]) -> None:
         seen = self._seen
@@ -229,9 +252,13 @@ class Cycle:
 
     def _book(self, job: PendingJob, choice: Choice, reason: str) -> None:
         node, indices = choice
+        self._book_members(job, (Member(node, indices),), reason)
+
+    def _book_members(self, job: PendingJob, members: Members, reason: str) -> None:
+        first = members[0]
         self.quota.take(job)
-        self.places.append(Place(job.id, node, indices, reason))
-        self._placed.append(occupant_of(job, node, indices, self.now + job.time_limit))
+        self.places.append(Place(job.id, first.node, first.gpu_indices, reason, members[1:]))
+        self._placed.extend(occupants_of(job, members, self.now + job.time_limit))
 
     def _on_no_room(self, job: PendingJob) -> None:
         self._waits[job.id] = (job, "resources", None)
@@ -267,13 +294,30 @@ class Cycle:
         occupants = running_occupants(
             self.snapshot.running, use_predictions=self.reserve_with_predictions
         )
-        found = earliest_start(job, self.cap, occupants + self._placed, self.now)
-        if found is None:
-            return None
-        node, start, indices = found
-        reservation = Reserve(job.id, node, start, indices)
+        members: Members
+        if job.gpus_per_node and job.gpus > job.gpus_per_node:
+            spread = earliest_start_members(job, self.cap, occupants + self._placed, self.now)
+            if spread is None:
+                return None
+            start, members = spread
+        else:
+            found = earliest_start(job, self.cap, occupants + self._placed, self.now)
+            if found is None:
+                return None
+            node, start, indices = found
+            members = (Member(node, indices),)
+        first, rest = members[0], members[1:]
+        reservation = Reserve(job.id, first.node, start, first.gpu_indices, rest)
         self.reserves.append(reservation)
-        self._reservation = HeldReservation(job.id, node, start, indices, cache=self.fast)
+        self._reservation = HeldReservation(
+            job.id,
+            first.node,
+            start,
+            first.gpu_indices,
+            cache=self.fast,
+            members=rest,
+            host=(job.cpus, job.memory_mb),
+        )
         self._reservation.hold(self.cap)
         self._waits[job.id] = (job, "reserved", reservation)
         return reservation
@@ -330,8 +374,9 @@ class Cycle:
             self._preempted.add(victim.id)
             reason = f"preempted for job {job.id}: {reasons[victim.id]}"
             self.preempts.append(Preempt(victim.id, reason, requeue=victim.requeueable))
-        for index in victims.gpu_indices:
-            self.cap.hold(victims.node, index)
+        for member in victims.allocations:
+            for index in member.gpu_indices:
+                self.cap.hold(member.node, index)
         self.quota.take(job)
         self._waits[job.id] = (job, "preempting", victims)
         return True
@@ -403,26 +448,28 @@ class Cycle:
         if kind == "blocked":
             return Wait(job.id, f"queued behind job {detail}, which does not fit yet")
         if kind == "reserved":
-            gpus = ", ".join(str(i) for i in detail.gpu_indices)
+            where = "; ".join(
+                f"GPUs {', '.join(str(i) for i in m.gpu_indices)} on {m.node}"
+                for m in (Member(detail.node, detail.gpu_indices), *detail.members)
+            )
             text = (
-                f"first in line: GPUs {gpus} on {detail.node} are reserved for it, "
+                f"first in line: {where} are reserved for it, "
                 f"expected to start in {duration(detail.start - self.now)}"
             )
             return Wait(job.id, text, eta=detail.start)
         if kind == "preempting":
             count = len(detail.jobs)
             noun = "job" if count == 1 else "jobs"
-            return Wait(
-                job.id, f"waiting for {count} preempted {noun} to release GPUs on {detail.node}"
-            )
+            nodes = ", ".join(m.node for m in detail.allocations)
+            return Wait(job.id, f"waiting for {count} preempted {noun} to release GPUs on {nodes}")
         text = self._room(job, cache)
         held = self._reservation
         if held is not None and job.id != held.job_id and not text.startswith("can never"):
             suffix = cache.get(("held",))
             if suffix is None:
                 suffix = cache[("held",)] = (
-                    f"; GPUs on {held.node} are reserved for job {held.job_id} from "
-                    f"{duration(held.start - self.now)} from now"
+                    f"; GPUs on {', '.join(held.nodes)} are reserved for job {held.job_id} "
+                    f"from {duration(held.start - self.now)} from now"
                 )
             text += suffix
         return Wait(job.id, text)

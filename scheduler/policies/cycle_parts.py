@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from scheduler.core.model import PendingJob
+from scheduler.core.model import FULL_COMPUTE, Member, PendingJob
 from scheduler.core.placement import Choice, FreeCapacity
 
 
@@ -25,7 +25,14 @@ def duration(seconds: float) -> str:
 
 
 class HeldReservation:
-    """A reservation, with the free parts of its GPUs booked so long jobs go elsewhere."""
+    """A reservation, with the free parts of its GPUs booked so long jobs go elsewhere.
+
+    A multi-node gang's reservation holds GPUs on every member's node, and on each of them
+    the host CPUs and memory the job asks for (what is free of them; a one-node job's
+    likewise), so a job that does not end before the reservation cannot take its hosts
+    either. A one-node job that ends before the start may still use a held node (GPUs
+    included).
+    """
 
     def __init__(
         self,
@@ -35,49 +42,83 @@ class HeldReservation:
         gpu_indices: tuple[int, ...],
         *,
         cache: bool = True,
+        members: tuple[Member, ...] = (),
+        host: tuple[int, int] = (0, 0),
     ):
         self.job_id, self.node, self.start, self.gpu_indices = job_id, node, start, gpu_indices
+        self.members = (Member(node, gpu_indices), *members)
+        self.nodes = tuple(m.node for m in self.members)
+        self.host = host
         self.cache = cache
-        self.amounts: dict[int, tuple[int, int]] = {}
-        # Request shapes that found no room on the reserved node, valid while the node's
-        # capacity stays as it was after the last hold (its version).
+        self.amounts: dict[tuple[str, int], tuple[int, int]] = {}
+        self.host_amounts: dict[str, tuple[int, int]] = {}
+        # Request shapes that found no room on the reserved nodes, valid while their
+        # capacity stays as it was after the last hold (their versions).
         self._fails: set[tuple[Any, ...]] = set()
-        self._version = -1
+        self._version: tuple[int, ...] = ()
 
     def hold(self, cap: FreeCapacity) -> None:
-        self.amounts = {i: cap.hold(self.node, i) for i in self.gpu_indices}
+        self.amounts = {
+            (m.node, i): cap.hold(m.node, i) for m in self.members for i in m.gpu_indices
+        }
+        if self.host[0] or self.host[1]:
+            self.host_amounts = {n: cap.hold_host(n, *self.host) for n in self.nodes}
+
+    def _unhold(self, cap: FreeCapacity) -> None:
+        for (node, i), amount in self.amounts.items():
+            cap.unhold(node, i, amount)
+        for node, host in self.host_amounts.items():
+            cap.unhold_host(node, host)
 
     def empty(self) -> bool:
         """Whether the reserved GPUs had nothing free to hold."""
         return not any(mem or comp for mem, comp in self.amounts.values())
 
+    def whole_held(self, node: str) -> int:
+        """GPUs held on a node that were wholly free."""
+        return sum(
+            1 for (n, _), (_, comp) in self.amounts.items() if n == node and comp >= FULL_COMPUTE
+        )
+
     def fit_inside(self, cap: FreeCapacity, job: Any) -> Choice | None:
-        """Place a job that ends before the reservation on the reserved node (GPUs included)."""
+        """Place a one-node job that ends before the reservation on a reserved node (GPUs
+        included)."""
+        if job.gpus_per_node and job.gpus > job.gpus_per_node:
+            return None
         shape = FreeCapacity.shape(job)
-        if cap.node_version(self.node) != self._version:
+        version = tuple(cap.node_version(n) for n in self.nodes)
+        if version != self._version:
             self._fails.clear()
         elif shape in self._fails:
             return None
-        for i, amount in self.amounts.items():
-            cap.unhold(self.node, i, amount)
-        choice = cap.best_fit_on(job, self.node)
-        if choice is not None:
-            cap.take(job, *choice)
+        self._unhold(cap)
+        choice = None
+        for node in self.nodes:
+            choice = cap.best_fit_on(job, node)
+            if choice is not None:
+                cap.take(job, *choice)
+                break
         self.hold(cap)
         if choice is None and self.cache:
             self._fails.add(shape)
-            self._version = cap.node_version(self.node)
+            self._version = tuple(cap.node_version(n) for n in self.nodes)
         return choice
 
 
 class QueueRest:
-    """Per position in a queue, what the jobs from there on need at least: whole GPUs
-    (a fraction counts one), and whether any is a fraction; the same among those that
-    end before a reservation starts."""
+    """Per position in a queue, what the jobs from there on need at least: whole GPUs on
+    one node (a fraction counts one, a multi-node gang its GPUs per node), and whether any
+    is a fraction; the same among those that end before a reservation starts."""
 
     def __init__(self, jobs: list[PendingJob]) -> None:
         n = len(jobs)
-        gpus = np.fromiter([j.gpus for j in jobs], np.int64, n)
+        per_node = [
+            j.gpus // (j.gpus // j.gpus_per_node)
+            if j.gpus_per_node and j.gpus > j.gpus_per_node
+            else j.gpus
+            for j in jobs
+        ]
+        gpus = np.fromiter(per_node, np.int64, n)
         limits = np.fromiter([j.time_limit for j in jobs], float, n)
         # Suffix minima / any, as Python values (the comparisons stay those of floats/ints).
         self._gpus, self._limits = gpus, limits

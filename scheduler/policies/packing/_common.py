@@ -29,8 +29,7 @@ def finish_plan(
     for job in order:
         if job.id in placed:
             continue
-        key = (job.gpus, job.gpu_model, job.min_gpu_memory_mb, job.gpu_memory_mb,
-               job.gpu_compute_percent, job.team, job.user)  # fmt: skip
+        key = (FreeCapacity.shape(job), job.team, job.user)
         text = reasons.get(key)
         if text is None:
             never = admission_error(job, snapshot.nodes, snapshot.teams.get(job.team))

@@ -17,18 +17,19 @@ from scheduler.core.quota import QuotaLedger
 def place_in_order(
     jobs: Iterable[PendingJob], cap: FreeCapacity, room: QuotaLedger, reason: str = "best fit"
 ) -> list[Place]:
-    """Book each job, in order, at its best fit when its quota allows; returns the places."""
+    """Book each job, in order, at its best fit when its quota allows (a multi-node gang
+    on all its nodes or not at all); returns the places."""
     places: list[Place] = []
     for job in jobs:
         if room.check(job) is not None:
             continue
-        choice = cap.best_fit(job)
-        if choice is None:
+        members = cap.best_fit_members(job)
+        if members is None:
             continue
-        node, indices = choice
-        cap.take(job, node, indices)
+        cap.take_members(job, members)
         room.take(job)
-        places.append(Place(job.id, node, indices, reason))
+        first = members[0]
+        places.append(Place(job.id, first.node, first.gpu_indices, reason, members[1:]))
     return places
 
 
@@ -87,7 +88,7 @@ class Evaluator:
         places = self.decode(key)
         places += place_in_order(self.tail, self.cap, self.room, "best fit")
         value = sum(self.values[p.job_id] for p in places)
-        touched = {p.node for p in places}
+        touched = {m.node for p in places for m in p.allocations}
         frag_after = sum(self._frag(node) for node in touched)
         self.undo(places)
         # Measured on the untouched capacity, once per node.
@@ -104,5 +105,5 @@ class Evaluator:
     def undo(self, places: Sequence[Place]) -> None:
         for place in reversed(places):
             job = self._by_id[place.job_id]
-            self.cap.release(job, place.node, place.gpu_indices)
+            self.cap.release_members(job, place.allocations)
             self.room.release(job)

@@ -53,7 +53,7 @@ class SearchPolicy:
         placeable = [
             j
             for j in value_order(snapshot.pending, values)
-            if ledger.check(j) is None and cap.best_fit(j) is not None
+            if ledger.check(j) is None and cap.best_fit_members(j) is not None
         ]
         limit = int(self.setting(snapshot, "max_jobs"))
         notes: list[str] = []

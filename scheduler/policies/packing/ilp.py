@@ -11,6 +11,10 @@ Settings (snapshot.settings or constructor keywords; the `ilp_` prefix may be dr
 keywords): `ilp_time_limit` (s, default 1), `ilp_max_jobs` (2000), `ilp_max_nodes` (200),
 `ilp_max_variables` (600000), `ilp_exact_variables` (20000: above it fractions may start
 only one wholly free GPU per node), plus the value weights of `_values`.
+
+The model knows GPUs only: multi-node gangs, and jobs asking for host CPUs or memory on a
+fleet that reports them, are left out of it and placed by best fit after the solver's
+choices, with a note saying so.
 """
 
 from __future__ import annotations
@@ -48,6 +52,24 @@ def _headroom(snapshot: Snapshot, ledger: QuotaLedger, jobs: list[PendingJob]):
             room = team.user_gpu_cap - ledger.user(job.team, job.user)
             users[(job.team, job.user)] = max(0.0, room) + _EPS
     return teams, users
+
+
+def _outside_notes(snapshot: Snapshot, cap: FreeCapacity) -> list[str]:
+    outside = [j.id for j in snapshot.pending if _outside_model(j, cap)]
+    if not outside:
+        return []
+    return [
+        f"ilp: {len(outside)} jobs spanning several nodes or asking for host CPUs or memory "
+        f"are placed by best fit, outside the solver's model: {outside}"
+    ]
+
+
+def _outside_model(job: PendingJob, cap: FreeCapacity) -> bool:
+    """Whether the model cannot place the job: a multi-node gang, or host needs on a fleet
+    whose nodes report host CPUs or memory."""
+    if job.gpus_per_node and job.gpus > job.gpus_per_node:
+        return True
+    return bool(job.cpus or job.memory_mb) and cap.host_limited()
 
 
 class IlpPolicy:
@@ -101,7 +123,7 @@ class IlpPolicy:
 
         cap = FreeCapacity.from_snapshot(snapshot)
         ledger = QuotaLedger.from_snapshot(snapshot)
-        notes: list[str] = list(result.notes)
+        notes: list[str] = list(result.notes) + _outside_notes(snapshot, cap)
         places = self._map(result, {n.name: n for n in nodes}, cap, ledger, order, notes)
         placed = {p.job_id for p in places}
         rest = [j for j in greedy_order(snapshot.pending) if j.id not in placed]
@@ -127,7 +149,13 @@ class IlpPolicy:
         cap = FreeCapacity.from_snapshot(snapshot)
         ledger = QuotaLedger.from_snapshot(snapshot)
         order = value_order(snapshot.pending, values)
-        jobs = [j for j in order if ledger.check(j) is None and cap.best_fit(j) is not None]
+        jobs = [
+            j
+            for j in order
+            if not _outside_model(j, cap)
+            and ledger.check(j) is None
+            and cap.best_fit(j) is not None
+        ]
         teams, users = _headroom(snapshot, ledger, jobs)
         return {
             "jobs": jobs,
@@ -194,4 +222,5 @@ class IlpPolicy:
     ) -> Plan:
         places, cap, ledger = greedy_plan
         notes = [f"ilp: fell back to greedy: {why}"] if why else []
+        notes += _outside_notes(snapshot, cap)
         return finish_plan(self.name, snapshot, cap, ledger, places, order, notes)

@@ -1,11 +1,14 @@
 """Hypothesis strategies for random but consistent snapshots.
 
 Running jobs are drawn first and GPU free capacity is derived from them, so a snapshot
-never claims a GPU is free while a running job holds it.
+never claims a GPU is free while a running job holds it; host CPUs and memory likewise.
+Nodes may report host CPUs and memory (or not) and sit in topology groups; running and
+pending jobs include multi-node gangs and jobs asking for host CPUs and memory.
 """
 
 from __future__ import annotations
 
+from dataclasses import replace
 from types import MappingProxyType
 
 from hypothesis import strategies as st
@@ -13,6 +16,7 @@ from hypothesis import strategies as st
 from scheduler.core.model import (
     FULL_COMPUTE,
     GpuState,
+    Member,
     NodeState,
     PendingJob,
     RunningJob,
@@ -61,7 +65,31 @@ def snapshots(draw: st.DrawFn, max_nodes: int = 4, max_pending: int = 14) -> Sna
             GpuState(i, model, MODELS[model], free_memory_mb=mem[i], free_compute_percent=comp[i])
             for i in range(size)
         )
-        nodes.append(NodeState(name, gpus, schedulable=draw(st.booleans()) or n == 0))
+        reports = draw(st.booleans())
+        cpus = draw(st.sampled_from([8, 16, 64])) if reports else None
+        memory = draw(st.sampled_from([32768, 131072])) if reports else None
+        free_cpus, free_memory = cpus, memory
+        for i, job in enumerate(running):
+            if job.node == name and reports:
+                take_cpus = min(free_cpus or 0, draw(st.sampled_from([0, 2, 8])))
+                take_mem = min(free_memory or 0, draw(st.sampled_from([0, 4096, 16384])))
+                running[i] = replace(job, cpus=take_cpus, memory_mb=take_mem)
+                free_cpus = (free_cpus or 0) - take_cpus
+                free_memory = (free_memory or 0) - take_mem
+        nodes.append(
+            NodeState(
+                name,
+                gpus,
+                schedulable=draw(st.booleans()) or n == 0,
+                cpus=cpus,
+                memory_mb=memory,
+                free_cpus=free_cpus,
+                free_memory_mb=free_memory,
+                group=draw(st.sampled_from(["", "r1", "r1", "r2"])),
+            )
+        )
+    if draw(st.booleans()):
+        _add_running_gang(draw, nodes, running, next(job_ids), now)
     teams = {}
     for slug in TEAMS:
         teams[slug] = TeamState(
@@ -107,22 +135,53 @@ def _running(draw: st.DrawFn, job_id: int, node: str, indices, gpus: int, now: f
     )
 
 
-def _with_fraction(job: RunningJob, mem: int, comp: int) -> RunningJob:
-    from dataclasses import replace
+def _add_running_gang(draw: st.DrawFn, nodes: list, running: list, job_id: int, now: float):
+    """A running gang of one member on each of two nodes with wholly free GPUs of a kind."""
+    per = draw(st.sampled_from([1, 2]))
+    by_kind: dict[tuple[str, int], list[int]] = {}
+    for pos, node in enumerate(nodes):
+        free = [g for g in node.gpus if g.is_whole_free]
+        if len(free) >= per:
+            by_kind.setdefault((free[0].model, free[0].memory_mb), []).append(pos)
+    spans = [positions[:2] for positions in by_kind.values() if len(positions) >= 2]
+    if not spans:
+        return
+    members = []
+    for pos in draw(st.sampled_from(spans)):
+        node = nodes[pos]
+        indices = tuple(g.index for g in node.gpus if g.is_whole_free)[:per]
+        gpus = tuple(
+            replace(g, free_memory_mb=0, free_compute_percent=0) if g.index in indices else g
+            for g in node.gpus
+        )
+        nodes[pos] = replace(node, gpus=gpus)
+        members.append(Member(node.name, indices))
+    job = _running(draw, job_id, members[0].node, members[0].gpu_indices, 2 * per, now)
+    running.append(replace(job, members=tuple(members[1:]), gpus_per_node=per))
 
+
+def _with_fraction(job: RunningJob, mem: int, comp: int) -> RunningJob:
     return replace(job, gpus=0, gpu_memory_mb=mem, gpu_compute_percent=comp)
 
 
 def _pending(draw: st.DrawFn, job_id: int, now: float) -> PendingJob:
     fractional = draw(st.integers(0, 3)) == 0
     limit = float(draw(st.integers(60, 100_000)))
+    per = 0 if fractional else draw(st.sampled_from([0, 0, 0, 1, 2, 4, 8]))
+    gpus = 0 if fractional else draw(st.sampled_from([1, 1, 2, 3, 4, 8, 16]))
+    if per:
+        gpus = per * draw(st.integers(1, 3))
     return PendingJob(
         id=job_id,
         team=draw(st.sampled_from(TEAMS)),
         user=draw(st.sampled_from(USERS)),
         submitted_at=now - draw(st.integers(0, 100_000)),
         time_limit=limit,
-        gpus=0 if fractional else draw(st.sampled_from([1, 1, 2, 3, 4, 8, 16])),
+        gpus=gpus,
+        gpus_per_node=per,
+        cpus=draw(st.sampled_from([0, 0, 2, 8, 32])),
+        memory_mb=draw(st.sampled_from([0, 0, 8192, 65536])),
+        same_group=draw(st.integers(0, 3)) == 0,
         gpu_memory_mb=draw(st.integers(1000, 90_000)) if fractional else None,
         gpu_compute_percent=draw(st.integers(1, 100)) if fractional else None,
         gpu_model=draw(st.none() | st.sampled_from(sorted(MODELS))),

@@ -97,8 +97,8 @@ def test_plan_waits_off_keeps_the_decisions(name: str, snapshot: Snapshot) -> No
 
 def _capacity_view(cap: FreeCapacity, snapshot: Snapshot) -> tuple:
     gpus = {(n.name, g.index): cap.free_on(n.name, g.index) for n in snapshot.nodes for g in n.gpus}
-    fits = [cap.best_fit(j) for j in snapshot.pending]
-    wholes = {n.name: cap.whole_free(n.name) for n in snapshot.nodes}
+    fits = [cap.best_fit_members(j) for j in snapshot.pending]
+    wholes = {n.name: (cap.whole_free(n.name), cap.host_free(n.name)) for n in snapshot.nodes}
     return gpus, fits, wholes, cap.largest_free_block(), cap.free_gpus_total(), cap.has_partial()
 
 
@@ -107,9 +107,9 @@ def _capacity_view(cap: FreeCapacity, snapshot: Snapshot) -> tuple:
 def test_capacity_rebuilt_from_reused_nodes_is_fresh(snapshot: Snapshot) -> None:
     first = FreeCapacity.from_snapshot(snapshot)
     for job in snapshot.pending:  # a cycle's bookings must not leak into the next one
-        choice = first.best_fit(job)
+        choice = first.best_fit_members(job)
         if choice is not None:
-            first.take(job, *choice)
+            first.take_members(job, choice)
     again = FreeCapacity.from_snapshot(snapshot)  # same NodeState objects: cached parts
     copies = tuple(replace(n, gpus=tuple(replace(g) for g in n.gpus)) for n in snapshot.nodes)
     fresh = FreeCapacity.from_snapshot(replace(snapshot, nodes=copies))

@@ -1,3 +1,5 @@
+from typing import Any
+
 from scheduler.core.model import RunningJob
 from scheduler.core.usage import decay_usage
 from scheduler.policies import get_policy
@@ -13,7 +15,7 @@ def _simulate_day(weights: dict[str, float]) -> dict[str, float]:
     usage = dict.fromkeys(weights, 0.0)
     served = dict.fromkeys(weights, 0.0)
     runs: list[RunningJob] = []
-    queued = {t: [] for t in weights}
+    queued: dict[str, list[Any]] = {t: [] for t in weights}
     ids = iter(range(1, 1_000_000))
     now = 0.0
     while now < DAY:

@@ -22,7 +22,7 @@ def _policy_or_skip(name: str):
             pytest.skip(f"policy {name}: module {module_name} is not written yet")
         raise
     # Bounded effort for search-based policies, so a property run stays short.
-    params = {"seed": 7}
+    params: dict[str, float] = {"seed": 7}
     if name == "ilp":
         params["time_limit"] = 2.0
     try:
