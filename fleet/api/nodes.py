@@ -18,7 +18,7 @@ from fleet.api.serializers import (
     check_query_params,
 )
 from fleet.models import Gpu, Node
-from fleet.selectors.nodes import gpu_jobs, node_get, node_list, node_usage
+from fleet.selectors.nodes import active_shares, gpu_jobs, node_get, node_list, node_usage
 from fleet.selectors.telemetry import gpu_latest_samples
 from fleet.services.nodes import node_drain, node_resume
 
@@ -105,9 +105,13 @@ class NodeOutputSerializer(serializers.ModelSerializer):
 
 
 def _render(nodes: list[Node], many: bool) -> Any:
-    holders = gpu_jobs(nodes)
+    shares = active_shares(nodes)
     latest = gpu_latest_samples([g for n in nodes for g in n.gpus.all()])
-    context = {"holders": holders, "latest": latest, "usage": node_usage(nodes)}
+    context = {
+        "holders": gpu_jobs(nodes, shares=shares),
+        "latest": latest,
+        "usage": node_usage(nodes, shares=shares),
+    }
     data = NodeOutputSerializer(nodes, many=True, context=context).data
     return data if many else data[0]
 

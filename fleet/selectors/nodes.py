@@ -23,7 +23,11 @@ def node_get(*, name: str) -> Node:
     return node
 
 
-def active_shares(nodes: list[Node]) -> list[tuple[int, list[int], Job]]:
+# One member's share of a node: the node's id, the GPU indices it holds there, its job.
+Share = tuple[int, list[int], Job]
+
+
+def active_shares(nodes: list[Node]) -> list[Share]:
     """What each assigned or running job holds on these nodes: one share per member of
     its current attempt (a multi-node job has one per node), else its own node and GPUs."""
     ids = [n.pk for n in nodes]
@@ -38,7 +42,7 @@ def active_shares(nodes: list[Node]) -> list[tuple[int, list[int], Job]]:
             )  # fmt: skip
         )
     )
-    shares: list[tuple[int, list[int], Job]] = []
+    shares: list[Share] = []
     for job in jobs:
         members = [m for m in job.members.all() if m.attempt == job.attempt and m.node_id]
         if members:
@@ -48,24 +52,28 @@ def active_shares(nodes: list[Node]) -> list[tuple[int, list[int], Job]]:
     return [s for s in shares if s[0] in ids]
 
 
-def gpu_jobs(nodes: list[Node]) -> dict[tuple[int, int], list[Job]]:
+def gpu_jobs(
+    nodes: list[Node], *, shares: list[Share] | None = None
+) -> dict[tuple[int, int], list[Job]]:
     """Which jobs hold which GPU, derived from assigned and running jobs (every member of
     a multi-node job on its own node)."""
     holders: dict[tuple[int, int], list[Job]] = {}
-    for node_id, indices, job in active_shares(nodes):
+    for node_id, indices, job in active_shares(nodes) if shares is None else shares:
         for index in indices:
             holders.setdefault((node_id, index), []).append(job)
     return holders
 
 
-def node_usage(nodes: list[Node], *, now: datetime | None = None) -> dict[int, dict[str, int]]:
+def node_usage(
+    nodes: list[Node], *, shares: list[Share] | None = None, now: datetime | None = None
+) -> dict[int, dict[str, int]]:
     """What is booked on each node: GPUs, CPU cores and MB of host memory of the members
     that are assigned or running there, plus what stopping attempts still hold (GpuRelease,
     until their end is reported or the hold expires), as the scheduler counts them."""
     now = now or timezone.now()
     gpus: dict[int, set[int]] = {n.pk: set() for n in nodes}
     usage = {n.pk: {"gpus": 0, "cpus": 0, "memory_mb": 0} for n in nodes}
-    for node_id, indices, job in active_shares(nodes):
+    for node_id, indices, job in active_shares(nodes) if shares is None else shares:
         gpus[node_id].update(indices)
         usage[node_id]["cpus"] += job.cpus or 0
         usage[node_id]["memory_mb"] += job.memory_mb or 0
