@@ -94,24 +94,32 @@ def _job_info(job_ids: Iterable[int]) -> dict[int, _JobInfo]:
 def _event_attempts(
     *, since: datetime, until: datetime, end_cap: datetime, team_ids: set[int] | None
 ) -> list[Attempt]:
-    # Jobs with an interval that may overlap the period: one that left running after
-    # `since`, or one running now. Their running events before `until` give the intervals.
-    left_after = JobEvent.objects.filter(applied=True, from_state=RUNNING, at__gt=since).exclude(
-        to_state=RUNNING
+    # Intervals that may overlap the period belong to jobs that left running after `since`
+    # or run now; their running events before `until` give the intervals. The jobs are
+    # read first and their events then by job (the (job, id) index), in slices: a join
+    # or IN (subquery) here is at the mercy of the planner's row estimates.
+    left_after = (
+        JobEvent.objects.filter(applied=True, from_state=RUNNING, at__gt=since)
+        .exclude(to_state=RUNNING)
+        .values_list("job_id", flat=True)
+        .distinct()
     )
-    jobs = Job.objects.filter(Q(state=RUNNING) | Q(id__in=left_after.values("job_id")))
+    job_ids = set(left_after) | set(Job.objects.filter(state=RUNNING).values_list("id", flat=True))
     if team_ids is not None:
-        jobs = jobs.filter(team_id__in=team_ids)
-    events = (
-        JobEvent.objects.filter(applied=True, at__lt=until, job_id__in=jobs.values("id"))
-        .filter(Q(to_state=RUNNING) | Q(from_state=RUNNING))
-        .order_by("job_id", "id")
-        .values_list("job_id", "from_state", "to_state", "attempt", "at")
-    )
-    # (job, attempt) -> start of the open interval
+        job_ids &= set(Job.objects.filter(team_id__in=team_ids).values_list("id", flat=True))
+    columns = ("id", "job_id", "from_state", "to_state", "attempt", "at")
+    ordered = sorted(job_ids)
+    found = {}
+    for i in range(0, len(ordered), 2000):
+        query = JobEvent.objects.filter(
+            job_id__in=ordered[i : i + 2000], applied=True, at__lt=until
+        ).filter(Q(to_state=RUNNING) | Q(from_state=RUNNING))
+        found.update((row[0], row) for row in query.values_list(*columns))
+    events = sorted(found.values(), key=lambda row: (row[1], row[0]))
+    # job -> (attempt, start) of its open interval
     intervals: list[tuple[int, int, str, datetime, datetime]] = []
     open_: dict[int, tuple[int, datetime]] = {}
-    for job_id, from_state, to_state, attempt, at in events.iterator(chunk_size=2000):
+    for _, job_id, from_state, to_state, attempt, at in events:
         if to_state == RUNNING and from_state != RUNNING:
             open_[job_id] = (attempt, at)
         elif from_state == RUNNING and to_state != RUNNING and job_id in open_:
