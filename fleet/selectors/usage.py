@@ -109,7 +109,7 @@ def _event_attempts(
         job_ids &= set(Job.objects.filter(team_id__in=team_ids).values_list("id", flat=True))
     columns = ("id", "job_id", "from_state", "to_state", "attempt", "at")
     ordered = sorted(job_ids)
-    found = {}
+    found: dict[int, tuple[Any, ...]] = {}
     for i in range(0, len(ordered), 2000):
         query = JobEvent.objects.filter(
             job_id__in=ordered[i : i + 2000], applied=True, at__lt=until
