@@ -36,6 +36,14 @@ class FleetProfile:
                 self.kinds[key] = max(self.kinds.get(key, 0), count)
             self.nodes.append((per_kind, node.cpus, node.memory_mb, node.group))
         self.models = sorted({model for model, _ in self.kinds})
+        # The most host CPUs and memory of one node; None when some node does not report
+        # them (it is not limited by them, so nothing is too big).
+        cpus = [c for _, c, _, _ in self.nodes if c is not None]
+        mems = [m for _, _, m, _ in self.nodes if m is not None]
+        count = len(self.nodes)
+        self.most_cpus = max(cpus, default=0) if len(cpus) == count else None
+        self.most_memory = max(mems, default=0) if len(mems) == count else None
+        self._gang_errors: dict[tuple[Any, ...], str | None] = {}
 
     def error(self, job: Any, team: TeamState | None) -> str | None:
         """Why the job can never start on this fleet under this team's limits, or None."""
@@ -93,22 +101,28 @@ class FleetProfile:
 
     def _host_error(self, job: Any) -> str | None:
         cpus, memory_mb = host_request(job)
-        if cpus and all(c is not None for _, c, _, _ in self.nodes):
-            most = max((c or 0 for _, c, _, _ in self.nodes), default=0)
-            if cpus > most:
-                return f"needs {cpus} CPU cores per node; the largest node has {most}"
-        if memory_mb and all(m is not None for _, _, m, _ in self.nodes):
-            most = max((m or 0 for _, _, m, _ in self.nodes), default=0)
-            if memory_mb > most:
-                return (
-                    f"needs {megabytes(memory_mb)} of host memory per node; the largest node "
-                    f"has {megabytes(most)}"
-                )
+        if cpus and self.most_cpus is not None and cpus > self.most_cpus:
+            return f"needs {cpus} CPU cores per node; the largest node has {self.most_cpus}"
+        if memory_mb and self.most_memory is not None and memory_mb > self.most_memory:
+            return (
+                f"needs {megabytes(memory_mb)} of host memory per node; the largest node "
+                f"has {megabytes(self.most_memory)}"
+            )
         return None
 
     def _gang_error(self, job: Any, of_model: dict[tuple[str, int], int], label: str) -> str | None:
         """Too few nodes could each hold a member (or, with same_group, too few in one
         group): counted per GPU kind the job may use, host CPUs and memory included."""
+        need, per = node_count(job), per_node_gpus(job)
+        cpus, memory_mb = host_request(job)
+        key = (job.gpu_model, job.min_gpu_memory_mb, need, per, cpus, memory_mb, job.same_group)
+        if key not in self._gang_errors:
+            self._gang_errors[key] = self._count_holders(job, of_model, label)
+        return self._gang_errors[key]
+
+    def _count_holders(
+        self, job: Any, of_model: dict[tuple[str, int], int], label: str
+    ) -> str | None:
         need, per = node_count(job), per_node_gpus(job)
         cpus, memory_mb = host_request(job)
         best = 0

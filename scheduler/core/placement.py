@@ -262,27 +262,54 @@ class FreeCapacity:
         return by_group
 
     def _best_spread(self, job: Any, kinds: list[_KindIndex]) -> Members | None:
+        """Per GPU kind, nodes are scanned from the fewest free GPUs up; the first count at
+        which one group holds every member settles that kind (the group whose members
+        leave the fewest GPUs behind), so a busy fleet is not scanned whole. Only when no
+        group can hold them all are the members spread over the fewest groups."""
         need, per = node_count(job), per_node_gpus(job)
         host = host_request(job)
-        best: tuple[tuple[int, int], _KindIndex, list[tuple[int, int]]] | None = None
+        check = self._host and (host[0] or host[1])
+        same_group = bool(job.same_group)
+        nodes = self._nodes
+        best: tuple[tuple[int, int, int], _KindIndex, list[tuple[int, int]]] | None = None
         for ki in kinds:
             if ki.whole_total < need * per:
                 continue
-            by_group = self._spread_candidates(ki, per, host)
-            picked = spread(by_group, need, job.same_group)
-            if picked is None:
-                continue
-            groups, chosen = picked
-            key = (groups, sum(count for count, _ in chosen))
-            if best is None or key < best[0]:
-                best = (key, ki, chosen)
+            by_group: dict[str, list[tuple[int, int]]] = {}
+            found: tuple[tuple[int, int, int], list[tuple[int, int]]] | None = None
+            for count in range(per, len(ki.buckets)):
+                if best is not None and best[0][0] == 1 and count > best[0][1]:
+                    break
+                if not (ki.bmask >> count) & 1:
+                    continue
+                for pos in ki.buckets[count]:
+                    if check and not nodes[pos].host_fits(*host):
+                        continue
+                    by_group.setdefault(nodes[pos].group, []).append((count, pos))
+                complete = [
+                    (sum(c for c, _ in cands[:need]), group)
+                    for group, cands in by_group.items()
+                    if len(cands) >= need and (group or not same_group)
+                ]
+                if complete:
+                    total, group = min(complete)
+                    found = ((1, count, total), by_group[group][:need])
+                    break
+            if found is None and not same_group:
+                picked = spread(by_group, need, False)
+                if picked is not None:
+                    groups, chosen = picked
+                    counts = [c for c, _ in chosen]
+                    found = ((groups, max(counts), sum(counts)), chosen)
+            if found is not None and (best is None or found[0] < best[0]):
+                best = (found[0], ki, found[1])
         if best is None:
             return None
         _, ki, chosen = best
         kind = (ki.model, ki.memory_mb)
         out = []
         for _, pos in chosen:
-            node = self._nodes[pos]
+            node = nodes[pos]
             out.append(Member(node.name, tuple(node.gpus[p].index for p in node.whole[kind][:per])))
         return tuple(out)
 

@@ -92,7 +92,7 @@ def choose_victims(
                 if lost < least[node]:
                     least[node] = lost
     if node_count(job) > 1:
-        return _for_gang(job, cap, by_node, now)
+        return _for_gang(job, cap, by_node, least, now, max_nodes)
     k = max(job.gpus, 1)
     ranked = [(least[node], node, victims) for node, victims in by_node.items()]
     ranked.sort(key=lambda item: (item[0], item[1]))
@@ -120,15 +120,35 @@ def _ordered(shares: list[Share], now: float) -> list[Share]:
 
 
 def _for_gang(
-    job: Any, cap: FreeCapacity, by_node: dict[str, list[Share]], now: float
+    job: Any,
+    cap: FreeCapacity,
+    by_node: dict[str, list[Share]],
+    least: dict[str, float],
+    now: float,
+    max_nodes: int,
 ) -> Victims | None:
-    """Victims freeing a member's worth on enough distinct nodes, GPUs of one kind."""
+    """Victims freeing a member's worth on enough distinct nodes, GPUs of one kind.
+
+    Nodes holding a member already come first (they cost nothing), then nodes by the least
+    work their cheapest victim would lose; at most `max_nodes` nodes beyond those the gang
+    needs are searched for victims, which keeps a cycle bounded on large fleets."""
     need, per = node_count(job), per_node_gpus(job)
+    cpus, ram = host_request(job)
     same_group = bool(getattr(job, "same_group", False))
     per_kind: dict[tuple[str, int], list[tuple[float, int, str, Victims]]] = {}
+    free_fit: list[str] = []
     for node in cap.node_names():
-        if not cap.is_schedulable(node):
+        if node in least or not cap.is_schedulable(node):
             continue
+        free_cpus, free_ram = cap.host_free(node)
+        if (free_cpus is not None and free_cpus < cpus) or (
+            free_ram is not None and free_ram < ram
+        ):
+            continue
+        if len(cap.whole_free(node)) >= per:
+            free_fit.append(node)
+    ranked = sorted(least, key=lambda n: (least[n], n))[: max_nodes + need]
+    for node in free_fit + ranked:
         kinds: dict[tuple[str, int], dict[int, GpuState]] = {}
         for g in cap.node_gpus(node):
             if cap.eligible(job, node, g):
