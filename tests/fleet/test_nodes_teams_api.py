@@ -190,3 +190,26 @@ def test_host_default_rejections(
     # Exactly what the largest node offers is fine.
     ok = team_admin_api.patch("/api/v1/teams/vision/", {"cpus_per_gpu": 64}, format="json")
     assert ok.status_code == 200 and ok.json()["cpus_per_gpu"] == 64
+
+
+def test_node_list_queries_do_not_grow_with_jobs(
+    owner: Any, team: Any, outsider_api: Any, fleet_nodes: Any, django_assert_max_num_queries: Any
+) -> None:
+    a, b = fleet_nodes
+
+    def add_gang(index: int) -> None:
+        job = Job.objects.create(
+            owner=owner, team=team, name=f"g{index}", command="true", gpus=2, gpus_per_node=1,
+            time_limit=60, state="running", node=a, gpu_indices=[index], attempt=1, cpus=1,
+        )  # fmt: skip
+        JobMember.objects.create(job=job, attempt=1, rank=0, node=a, gpu_indices=[index])
+        JobMember.objects.create(job=job, attempt=1, rank=1, node=b, gpu_indices=[index % 2])
+
+    add_gang(0)
+    with django_assert_max_num_queries(12) as few:
+        outsider_api.get("/api/v1/nodes/")
+    for index in (1, 2, 3):
+        add_gang(index)
+    with django_assert_max_num_queries(len(few.captured_queries)):
+        nodes = outsider_api.get("/api/v1/nodes/").json()
+    assert [n["used"]["cpus"] for n in nodes] == [4, 4]
