@@ -38,7 +38,7 @@ lint: install
 	$(BIN)/ruff format --check .
 
 typecheck: install
-	$(BIN)/mypy fleet scheduler workers
+	$(BIN)/mypy fleet scheduler workers fleetctl
 
 pytest: install browser
 	$(BIN)/python -m pytest
