@@ -96,16 +96,16 @@ def attempt_master_port(job: Job, shares: list[Share]) -> int:
     """Rank 0's port for the current attempt: the one stored with its rank 0 member, else
     chosen now and stored, so every start sent again for this attempt names the same port.
     Call inside the dispatch transaction (one scheduling cycle at a time chooses)."""
-    if not shares:
-        return master_port(job.pk, job.attempt)
     rank0 = JobMember.objects.filter(job_id=job.pk, attempt=job.attempt, rank=0)
-    stored = rank0.values_list("master_port", flat=True).first()
-    if stored:
-        return int(stored)
+    rows = list(rank0.values_list("master_port", flat=True)[:1])
+    if not shares or not rows:
+        # No member row to store it with (a job dispatched before members existed): the
+        # starting point, the same at every resend.
+        return master_port(job.pk, job.attempt)
+    if rows[0]:
+        return int(rows[0])
     port = master_port_choose(job_id=job.pk, attempt=job.attempt, node_id=shares[0].node.pk)
     if not rank0.filter(master_port__isnull=True).update(master_port=port):
-        # No member row (a job dispatched before members existed), or another transaction
-        # stored one first: name what is stored, if anything.
         stored = rank0.values_list("master_port", flat=True).first()
         return int(stored) if stored else port
     return port

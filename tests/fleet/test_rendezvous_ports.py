@@ -169,3 +169,21 @@ def test_single_node_jobs_on_one_node_get_different_ports(
     apply_plan(build_snapshot(), plan)
     got = ports(sent)
     assert {got[(one.pk, "sim-a")], got[(two.pk, "sim-a")]} == {29500, 29501}
+
+
+def test_a_job_without_member_rows_keeps_its_starting_point(
+    owner: Any, team: Any, nodes: list[Node], sent: list[Any]
+) -> None:
+    # Dispatched before attempts had member rows: nothing to store the port with, so every
+    # start sent again names the attempt's starting point.
+    job = make_job(owner, team, gpus=1)
+    Job.objects.filter(pk=job.pk).update(
+        state="assigned", node=nodes[0], gpu_indices=[0], attempt=3, assigned_at=timezone.now()
+    )
+    job.refresh_from_db()
+    for _ in range(2):
+        with transaction.atomic():
+            send_start_on_commit(job)
+    assert [args["spec"]["rendezvous"]["master_port"] for _, _, args in sent] == [
+        dispatch.master_port(job.pk, 3)
+    ] * 2
