@@ -609,7 +609,7 @@ class FreeCapacity:
                 self._set(n, p, 0, 0)
             else:
                 self._set(n, p, max(0, n.mem[p] - mem), max(0, n.comp[p] - comp))
-        cpus, ram = host_request(job)
+        cpus, ram = job.cpus, job.memory_mb
         if cpus or ram:
             n.host_add(-cpus, -ram)
             self.version += 1
@@ -637,7 +637,7 @@ class FreeCapacity:
                 self._set(
                     n, p, min(gpu.memory_mb, n.mem[p] + mem), min(FULL_COMPUTE, n.comp[p] + comp)
                 )
-        cpus, ram = host_request(job)
+        cpus, ram = job.cpus, job.memory_mb
         if cpus or ram:
             n.host_add(cpus, ram)
             self.version += 1

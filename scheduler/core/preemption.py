@@ -76,8 +76,12 @@ def choose_victims(
     schedulable: dict[str, bool] = {}
     for victim in allowed:
         lost = lost_work(victim, now)
-        for member in victim.allocations:
-            node = member.node
+        spots = (
+            [(victim.node, victim.gpu_indices)]
+            if not victim.members
+            else [(m.node, m.gpu_indices) for m in victim.allocations]
+        )
+        for node, indices in spots:
             ok = schedulable.get(node)
             if ok is None:
                 ok = schedulable[node] = cap.is_schedulable(node)
@@ -85,10 +89,10 @@ def choose_victims(
                 continue
             on_node = by_node.get(node)
             if on_node is None:
-                by_node[node] = [(victim, member.gpu_indices)]
+                by_node[node] = [(victim, indices)]
                 least[node] = lost
             else:
-                on_node.append((victim, member.gpu_indices))
+                on_node.append((victim, indices))
                 if lost < least[node]:
                     least[node] = lost
     if node_count(job) > 1:

@@ -37,7 +37,6 @@ class Occupant:
 
 
 def occupant_of(job: Any, node: str, gpu_indices: tuple[int, ...], end: float) -> Occupant:
-    cpus, memory_mb = host_request(job)
     return Occupant(
         end,
         node,
@@ -45,8 +44,8 @@ def occupant_of(job: Any, node: str, gpu_indices: tuple[int, ...], end: float) -
         job.gpus,
         job.gpu_memory_mb,
         job.gpu_compute_percent,
-        cpus,
-        memory_mb,
+        job.cpus,
+        job.memory_mb,
     )
 
 

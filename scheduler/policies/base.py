@@ -41,6 +41,7 @@ from scheduler.core.quota import QuotaLedger
 from scheduler.core.reservation import (
     earliest_start,
     earliest_start_members,
+    occupant_of,
     occupants_of,
     running_occupants,
 )
@@ -252,7 +253,9 @@ class Cycle:
 
     def _book(self, job: PendingJob, choice: Choice, reason: str) -> None:
         node, indices = choice
-        self._book_members(job, (Member(node, indices),), reason)
+        self.quota.take(job)
+        self.places.append(Place(job.id, node, indices, reason))
+        self._placed.append(occupant_of(job, node, indices, self.now + job.time_limit))
 
     def _book_members(self, job: PendingJob, members: Members, reason: str) -> None:
         first = members[0]

@@ -29,7 +29,9 @@ def finish_plan(
     for job in order:
         if job.id in placed:
             continue
-        key = (FreeCapacity.shape(job), job.team, job.user)
+        key = (job.gpus, job.gpu_model, job.min_gpu_memory_mb, job.gpu_memory_mb,
+               job.gpu_compute_percent, job.gpus_per_node, job.cpus, job.memory_mb,
+               job.same_group, job.team, job.user)  # fmt: skip
         text = reasons.get(key)
         if text is None:
             never = admission_error(job, snapshot.nodes, snapshot.teams.get(job.team))

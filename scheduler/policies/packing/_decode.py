@@ -23,13 +23,22 @@ def place_in_order(
     for job in jobs:
         if room.check(job) is not None:
             continue
-        members = cap.best_fit_members(job)
-        if members is None:
+        if job.gpus_per_node and job.gpus > job.gpus_per_node:
+            members = cap.best_fit_members(job)
+            if members is None:
+                continue
+            cap.take_members(job, members)
+            room.take(job)
+            first = members[0]
+            places.append(Place(job.id, first.node, first.gpu_indices, reason, members[1:]))
             continue
-        cap.take_members(job, members)
+        choice = cap.best_fit(job)
+        if choice is None:
+            continue
+        node, indices = choice
+        cap.take(job, node, indices)
         room.take(job)
-        first = members[0]
-        places.append(Place(job.id, first.node, first.gpu_indices, reason, members[1:]))
+        places.append(Place(job.id, node, indices, reason))
     return places
 
 
