@@ -90,3 +90,21 @@ def test_bad_cluster_and_policy_are_explained(sample_path):
     assert proc.returncode != 0 and "NODESxGPUSxMODEL" in proc.stderr
     proc = cli("--trace", str(sample_path), "--policy", "nope", "--quiet")
     assert proc.returncode != 0 and "unknown policy nope" in proc.stderr
+
+
+def test_jobs_over_a_node_run_as_gangs_and_only_unfit_ones_are_dropped(sample_path):
+    args = ("--trace", str(sample_path), "--policy", "fcfs", "--json", "--quiet")
+    proc = cli(*args, "--cluster", "4x8xV100[cpus=64,mem=512]", "--nodes-per-group", "2")
+    assert proc.returncode == 0, proc.stderr
+    data = json.loads(proc.stdout)
+    assert data["prep"]["ganged"] == 3 and data["prep"]["dropped_unfit"] == 0
+    m = data["policies"]["fcfs"]
+    assert m["finished"] == 300 and m["gangs"] == 3 and m["invalid_decisions"] == 0
+    for key in ("preemptions_per_job", "lost_gpu_hours", "gang_wait_share", "gang_jct_avg"):
+        assert m[key] is not None, key
+    # A member of 8 GPUs asks 8 x 4 = 32 CPUs by default: a 16-CPU node can never hold one,
+    # so the 3 gangs and the 27 jobs of 8 GPUs are dropped.
+    small = cli(*args, "--cluster", "4x8xV100[cpus=16]")
+    assert json.loads(small.stdout)["prep"]["dropped_unfit"] == 3 + 27
+    bad = cli(*args, "--cluster", "4x8xV100[cpus=lots]")
+    assert bad.returncode != 0 and "cpus" in bad.stderr
