@@ -20,6 +20,7 @@ from dataclasses import replace
 from importlib import import_module
 from pathlib import Path
 from types import MappingProxyType
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
@@ -76,7 +77,7 @@ def build_snapshot(nodes: int = 1000, pending: int = 10_000, seed: int = 1) -> S
         job_id += 1
         shape = rng.random()
         limit = float(rng.choice((600, 3600, 4 * 3600, 24 * 3600)))
-        common = dict(
+        common: dict[str, Any] = dict(
             id=job_id,
             team=rng.choice(TEAMS),
             user=f"u{rng.randrange(60)}",

@@ -22,6 +22,7 @@ import random
 import sys
 import time
 from pathlib import Path
+from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 os.environ["DATABASE_URL"] = "sqlite://:memory:"
@@ -46,7 +47,7 @@ from fleet.web import live  # noqa: E402
 LOCMEM = {"default": {"BACKEND": "django.core.cache.backends.locmem.LocMemCache"}}
 
 
-def build(nodes: int, seed: int = 1) -> tuple[object, Job, Node]:
+def build(nodes: int, seed: int = 1) -> tuple[Any, Job, Node]:
     rng = random.Random(seed)
     from django.contrib.auth.models import User
 
