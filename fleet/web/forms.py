@@ -171,3 +171,198 @@ class JobForm(forms.Form):
             cpus=d["cpus"],
             memory_mb=d["memory_mb"],
         )
+
+
+# Which parameter groups each policy reads, beyond the shared ones every cycle reads. The
+# groups themselves, the types, ranges and help come from scheduler.cycle.config.
+POLICY_GROUPS: dict[str, tuple[str, ...]] = {
+    "priority": ("priority",),
+    "backfill": ("priority",),
+    "greedy": ("packing",),
+    "ilp": ("packing", "ilp"),
+    "genetic": ("packing", "genetic"),
+    "annealing": ("packing", "annealing"),
+}
+GROUP_TITLES = {
+    "shared": "Every policy: fair share, preemption, QoS, predictions",
+    "priority": "Priority weights (priority, backfill)",
+    "packing": "Job values and packing (greedy, ilp, genetic, annealing)",
+    "ilp": "ILP solver",
+    "genetic": "Genetic search",
+    "annealing": "Simulated annealing",
+}
+
+
+def param_group(key: str, shared: Any) -> str:
+    if key in shared:
+        return "shared"
+    for prefix in ("priority", "ilp", "genetic", "annealing"):
+        if key.startswith(f"{prefix}_"):
+            return prefix
+    return "packing"
+
+
+def _parse_param(kind: str, text: str) -> Any:
+    """What a browser sent for one parameter, as the API would receive it. Text that does not
+    parse is passed on as it is, so the service's check names the expected type."""
+    if kind == "bool":
+        return {"true": True, "false": False}.get(text, text)
+    if kind in ("int", "number"):
+        for convert in (int, float):
+            try:
+                return convert(text)
+            except ValueError:
+                continue
+        return text
+    if kind == "numbers":
+        items = [part.strip() for part in text.replace(";", ",").split(",") if part.strip()]
+        try:
+            return [float(part) if "." in part or "e" in part.lower() else int(part)
+                    for part in items]  # fmt: skip
+        except ValueError:
+            return text
+    if kind == "ranks":
+        ranks: dict[str, Any] = {}
+        for part in text.replace(";", ",").split(","):
+            if not part.strip():
+                continue
+            name, sep, rank = part.partition("=")
+            if not sep or not name.strip():
+                return text
+            try:
+                ranks[name.strip()] = int(rank.strip())
+            except ValueError:
+                return text
+        return ranks
+    return text
+
+
+def _show_param(kind: str, value: Any) -> str:
+    if value is None:
+        return ""
+    if kind == "bool":
+        return "true" if value else "false"
+    if kind == "numbers" and isinstance(value, list):
+        return ", ".join(str(v) for v in value)
+    if kind == "ranks" and isinstance(value, dict):
+        return ", ".join(f"{k}={v}" for k, v in value.items())
+    return str(value)
+
+
+class SchedulerSettingsForm(forms.Form):
+    """One field per scheduler parameter, built from the same definitions the API checks
+    against (scheduler.cycle.config.known_params). An empty field means the policy's
+    default. Values are checked by config.validate_params, one parameter at a time, so each
+    error sits next to its field; saving goes through config.settings_update."""
+
+    policy = forms.ChoiceField(help_text="The ordering and placement policy of the next cycle.")
+    tick_seconds = forms.CharField(
+        label="Tick interval (seconds)",
+        help_text="Seconds between periodic cycles; submissions, finishes and node changes "
+        "also start one.",
+        widget=forms.NumberInput(attrs={"min": 1}),
+    )
+
+    def __init__(self, *args: Any, row: Any, **kwargs: Any) -> None:
+        from scheduler.cycle import config
+        from scheduler.policies import policy_names
+
+        super().__init__(*args, **kwargs)
+        known = config.known_params()
+        self.initial = {
+            "policy": row.policy,
+            "tick_seconds": row.tick_seconds,
+            **{k: _show_param(known[k].kind, v) for k, v in (row.params or {}).items()
+               if k in known},
+        }  # fmt: skip
+        policy_field = self.fields["policy"]
+        assert isinstance(policy_field, forms.ChoiceField)
+        policy_field.choices = [(name, name) for name in policy_names()]
+        tick_widget = self.fields["tick_seconds"].widget
+        tick_widget.attrs["max"] = config.MAX_TICK_SECONDS
+        self.specs = known
+        self.groups: dict[str, list[str]] = {name: [] for name in GROUP_TITLES}
+        for key, spec in sorted(self.specs.items()):
+            self.groups[param_group(key, config.COMMON)].append(key)
+            self.fields[key] = self._param_field(key, spec)
+
+    @staticmethod
+    def _param_field(key: str, spec: Any) -> forms.Field:
+        default = _show_param(spec.kind, spec.default) or "none"
+        bounds = {}
+        if spec.minimum is not None:
+            bounds["min"] = f"{spec.minimum:g}"
+        if spec.maximum is not None:
+            bounds["max"] = f"{spec.maximum:g}"
+        if bounds:
+            shown = f"from {bounds.get('min', '…')} to {bounds.get('max', '…')}"
+        else:
+            shown = ""
+        help_parts = [spec.help.rstrip("."), shown, f"default {default}"]
+        help_text = "; ".join(part for part in help_parts if part) + "."
+        label = key
+        if spec.kind == "bool":
+            return forms.ChoiceField(
+                label=label,
+                required=False,
+                choices=[("", f"default ({default})"), ("true", "true"), ("false", "false")],
+                help_text=help_text,
+            )
+        if spec.choices:
+            return forms.ChoiceField(
+                label=label,
+                required=False,
+                choices=[("", f"default ({default})"), *((c, c) for c in spec.choices)],
+                help_text=help_text,
+            )
+        if spec.kind in ("int", "number"):
+            step = "1" if spec.kind == "int" else "any"
+            widget: forms.Widget = forms.NumberInput(
+                attrs={**bounds, "step": step, "placeholder": default}
+            )
+        else:
+            example = "e.g. 10, 100, 1000" if spec.kind == "numbers" else "e.g. low=0, high=2"
+            widget = forms.TextInput(attrs={"placeholder": example, "spellcheck": "false"})
+            help_text = help_text.replace("; default", f" ({example}); default")
+        return forms.CharField(label=label, required=False, widget=widget, help_text=help_text)
+
+    def param_groups(self) -> list[tuple[str, str, list[Any], str]]:
+        """(group, title, bound fields, policies reading it) in display order."""
+        readers = {
+            group: " ".join(p for p, groups in POLICY_GROUPS.items() if group in groups)
+            for group in GROUP_TITLES
+        }
+        return [
+            (group, GROUP_TITLES[group], [self[key] for key in keys], readers[group])
+            for group, keys in self.groups.items()
+            if keys
+        ]
+
+    def clean(self) -> dict[str, Any]:
+        from fleet.errors import ApplicationError
+        from scheduler.cycle import config
+
+        data = super().clean() or {}
+        params: dict[str, Any] = {}
+        for key, spec in self.specs.items():
+            text = (self.data.get(key) or "").strip()
+            if not text:
+                continue
+            value = _parse_param(spec.kind, text)
+            try:
+                config.validate_params({key: value})
+            except ApplicationError as error:
+                sentence = error.extra["fields"]["params"][0]
+                self.add_error(key, f"{sentence[:1].upper()}{sentence[1:]}.")
+                continue
+            params[key] = value
+        data["params"] = params
+        tick_text = (self.data.get("tick_seconds") or "").strip()
+        try:
+            data["tick_seconds"] = config.validate_tick(int(tick_text))
+        except (ValueError, ApplicationError):
+            self.add_error(
+                "tick_seconds",
+                f"Give a whole number of seconds from 1 to {config.MAX_TICK_SECONDS}.",
+            )
+        return data

@@ -209,6 +209,16 @@
     }
   });
 
+  // Scheduler settings: choosing a policy opens the parameter groups it reads.
+  document.addEventListener("change", function (evt) {
+    var picker = evt.target;
+    if (!picker || picker.id !== "id_policy" || !picker.form) return;
+    picker.form.querySelectorAll("details.param-group").forEach(function (d) {
+      var readers = (d.getAttribute("data-policies") || "").split(" ");
+      d.open = d.getAttribute("data-group") === "shared" || readers.indexOf(picker.value) >= 0;
+    });
+  });
+
   document.addEventListener("DOMContentLoaded", function () {
     setupCharts(); setupLog(); setupEstimate();
   });

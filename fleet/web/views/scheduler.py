@@ -9,10 +9,12 @@ from typing import Any
 from django.contrib import messages
 from django.http import HttpRequest, HttpResponse, JsonResponse
 from django.shortcuts import redirect, render
+from django.template.loader import render_to_string
 
 from fleet.errors import ApplicationError
-from fleet.web import sources
+from fleet.web import live, sources
 from fleet.web.access import staff_required
+from fleet.web.forms import POLICY_GROUPS, SchedulerSettingsForm
 
 
 def _cycles_figure(cycles: list[Any]) -> dict[str, Any]:
@@ -36,52 +38,76 @@ def _cycles_figure(cycles: list[Any]) -> dict[str, Any]:
     }  # fmt: skip
 
 
+def _recent_cycles() -> list[Any]:
+    return (sources.recent_cycles() or [])[::-1][:20]
+
+
 @staff_required
 def scheduler_page(request: HttpRequest) -> HttpResponse:
     row = sources.scheduler_settings()
+    if live.is_partial(request):
+        # "Recent cycles" polls this every 2 s while the tab is visible.
+        html = live.shared_fragment(
+            "scheduler-cycles",
+            lambda: render_to_string(
+                "partials/scheduler_cycles.html", {"cycles": _recent_cycles()}
+            ),
+        )
+        return HttpResponse(html)
     if row is None:
         return render(request, "web/scheduler.html", {"row": None})
     from scheduler.cycle import config
-    from scheduler.policies import policy_names
 
-    errors: list[str] = []
-    params_text = json.dumps(row.params or {}, indent=2, sort_keys=True)
-    if request.method == "POST":
-        params_text = request.POST.get("params", "").strip() or "{}"
+    params_json = json.dumps(row.params or {}, indent=2, sort_keys=True)
+    json_error = ""
+    if request.method == "POST" and "params" in request.POST:
+        # The advanced fallback: all parameters as one JSON object, as the API takes them.
+        form = SchedulerSettingsForm(row=row)
+        params_json = request.POST["params"].strip() or "{}"
+        tick_text = request.POST.get("tick_seconds", "").strip()
         try:
-            params = json.loads(params_text)
+            config.settings_update(
+                user=request.user,
+                policy=request.POST.get("policy") or None,
+                params=json.loads(params_json),
+                tick_seconds=int(tick_text) if tick_text.isdigit() else None,
+            )
         except json.JSONDecodeError as error:
-            errors.append(f"Parameters are not valid JSON: {error.msg} (line {error.lineno}).")
+            json_error = f"Parameters are not valid JSON: {error.msg} (line {error.lineno})."
+        except ApplicationError as error:
+            json_error = error.message
         else:
-            try:
-                tick = int(request.POST.get("tick_seconds", ""))
-            except ValueError:
-                errors.append("The tick interval must be a whole number of seconds.")
-            else:
-                try:
-                    config.settings_update(
-                        user=request.user,
-                        policy=request.POST.get("policy", row.policy),
-                        params=params,
-                        tick_seconds=tick,
-                    )
-                except ApplicationError as error:
-                    errors.append(error.message)
-                else:
-                    messages.success(request, "Scheduler settings saved; the next cycle uses them.")
-                    return redirect("scheduler")
-    known = sorted(config.known_params().items())
+            messages.success(request, "Scheduler settings saved; the next cycle uses them.")
+            return redirect("scheduler")
+    else:
+        form = SchedulerSettingsForm(request.POST or None, row=row)
+    if request.method == "POST" and not json_error and form.is_valid():
+        data = form.cleaned_data
+        try:
+            config.settings_update(
+                user=request.user,
+                policy=data["policy"],
+                params=data["params"],
+                tick_seconds=data["tick_seconds"],
+            )
+        except ApplicationError as error:
+            form.add_error(None, error.message)
+        else:
+            messages.success(request, "Scheduler settings saved; the next cycle uses them.")
+            return redirect("scheduler")
+    status = 400 if json_error or (form.is_bound and form.errors) else 200
     return render(
         request,
         "web/scheduler.html",
         {
             "row": row,
-            "policies": policy_names(),
-            "params_text": params_text,
-            "known": known,
-            "errors": errors,
-            "cycles": (sources.recent_cycles() or [])[::-1][:20],
+            "form": form,
+            "active_groups": POLICY_GROUPS.get(row.policy, ()),
+            "params_json": params_json,
+            "json_error": json_error,
+            "cycles": _recent_cycles(),
         },
+        status=status,
     )
 
 
