@@ -8,6 +8,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from workers.executor.mps import Mps, mps_environment, mps_probe
+
 DEFAULT_LOG_CAP_BYTES = 64 * 1024 * 1024
 DEFAULT_GRACE_S = 30.0
 
@@ -271,6 +273,7 @@ def job_environment(
     *,
     allow: Sequence[str] = (),
     account: Mapping[str, str] | None = None,
+    mps: Mps | None = None,
 ) -> dict[str, str]:
     """What the job's process sees, in layers, each overriding the one before:
 
@@ -290,6 +293,10 @@ def job_environment(
     fastest-first, which can differ). Indices rather than UUIDs keep the variable readable
     and work the same on simulated nodes. A job with no GPUs gets an empty list, so it sees
     none.
+
+    A fraction of one GPU on a host running CUDA MPS (`mps`, default: probed in `base_env`)
+    also gets CUDA_MPS_ACTIVE_THREAD_PERCENTAGE and CUDA_MPS_PINNED_DEVICE_MEM_LIMIT from its
+    share, and the daemon's pipe and log directories (see workers.executor.mps).
     """
     env = inherited_environment(base_env, allow)
     env.update(account or {})
@@ -328,4 +335,5 @@ def job_environment(
         env["FLEET_GPU_MEMORY_MB"] = str(spec.gpu_memory_mb)
     if spec.gpu_compute_percent is not None:
         env["FLEET_GPU_COMPUTE_PERCENT"] = str(spec.gpu_compute_percent)
+    env.update(mps_environment(spec, mps if mps is not None else mps_probe(base_env)))
     return env
