@@ -133,3 +133,12 @@ def telemetry_rollup() -> dict[str, int]:
     result = telemetry.telemetry_rollup()
     result["log_chunks_pruned"] = telemetry_logs.log_prune()
     return result
+
+
+@agent_task("fleet.tasks.gpu_health", **AGENT_MESSAGE)
+def gpu_health(node: Node, a: dict[str, Any]) -> None:
+    """The GPUs' health findings (Xid, uncorrectable ECC, lost GPU): a new one drains the
+    node with the reason (fleet/services/gpu_health.py)."""
+    from fleet.services.gpu_health import gpu_findings_apply
+
+    gpu_findings_apply(node=node, findings=a.get("findings"))

@@ -38,6 +38,7 @@ HEARTBEAT_TASK = "fleet.tasks.agent_heartbeat"
 REPORT_TASK = "fleet.tasks.job_report"
 TELEMETRY_TASK = "fleet.tasks.telemetry"
 LOG_TASK = "fleet.tasks.job_log"
+HEALTH_TASK = "fleet.tasks.gpu_health"
 STARTED_MEMORY = 10000  # attempts remembered as started, against redelivered starts
 
 
@@ -284,6 +285,7 @@ class Agent:
         self.outcomes.acknowledge((job_id, int(attempt)) for job_id, attempt in outcomes)
 
     def telemetry_tick(self) -> None:
+        self.health_tick()
         samples = self.backend.sample()
         owners = self.supervisor.pid_to_job(p.pid for s in samples for p in s.processes)
         self.send(
@@ -296,6 +298,21 @@ class Agent:
             ),
         )
         self.supervisor.enforce_gpu_memory(samples)
+
+    def health_tick(self) -> None:
+        """Send the GPUs' health findings (workers.gpu.GpuFinding), if there are any. They
+        go every tick while they last: the control side acts on each once, and a message
+        lost on the way is made good by the next."""
+        health = getattr(self.backend, "health", None)
+        if health is None:
+            return
+        try:
+            findings = health()
+        except Exception:  # a telemetry tick still goes out
+            logger.exception("could not read the GPUs' health")
+            return
+        if findings:
+            self.send(HEALTH_TASK, findings=[f.to_dict() for f in findings], at=self.clock())
 
     # -- background -------------------------------------------------------------------------
 

@@ -12,11 +12,19 @@ from workers.gpu.models import GpuSpecError, normalize_model, parse_gpu_spec
 from workers.gpu.nvml import NvmlBackend
 from workers.gpu.select import select_backend
 from workers.gpu.simulated import SimulatedGpuBackend
-from workers.gpu.types import GpuBackend, GpuBackendError, GpuInfo, GpuProcess, GpuSample
+from workers.gpu.types import (
+    GpuBackend,
+    GpuBackendError,
+    GpuFinding,
+    GpuInfo,
+    GpuProcess,
+    GpuSample,
+)
 
 __all__ = [
     "GpuBackend",
     "GpuBackendError",
+    "GpuFinding",
     "GpuInfo",
     "GpuProcess",
     "GpuSample",

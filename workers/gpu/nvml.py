@@ -5,20 +5,39 @@ raises `GpuBackendError` with NVML's own message, and the agent refuses to start
 than report invented numbers for real hardware. A field a GPU does not support (fan speed
 on a passively cooled board, ECC counters with ECC off) reads as None; any other NVML
 failure raises `GpuBackendError` naming the GPU and the field.
+
+Health (`health()`): Xid events come from an NVML event set registered for
+`nvmlEventTypeXidCriticalError` on every GPU that supports it, drained without waiting
+(`nvmlEventSetWait_v2(set, 0)`) each tick; uncorrectable ECC errors are the volatile
+uncorrected count (`nvmlDeviceGetTotalEccErrors`), reported while above zero; a GPU whose
+NVML calls fail with `NVML_ERROR_GPU_IS_LOST` has fallen off the bus: it is left out of
+the samples and reported lost from then on.
 """
 
 from __future__ import annotations
 
 import importlib
+import logging
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
 from workers.gpu.models import normalize_model
-from workers.gpu.types import GpuBackendError, GpuInfo, GpuProcess, GpuSample
+from workers.gpu.types import (
+    GpuBackendError,
+    GpuFinding,
+    GpuInfo,
+    GpuProcess,
+    GpuSample,
+    host_boot_id,
+)
+
+logger = logging.getLogger(__name__)
 
 _BYTES_PER_MB = 1024 * 1024
+MAX_XID_FINDINGS = 64  # Xid events kept (and sent again every tick) per agent process
+MAX_EVENTS_PER_TICK = 256  # events drained from the set in one tick; the rest wait
 
 # NVML's clock-event (throttle) reason bits, named as operators read them.
 THROTTLE_REASONS: tuple[tuple[int, str], ...] = (
@@ -40,6 +59,14 @@ def throttle_reason_names(mask: int) -> tuple[str, ...]:
 
 def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
+
+
+class GpuLost(GpuBackendError):
+    """NVML says the GPU is lost: it has fallen off the bus (Xid 79) or stopped answering."""
+
+    def __init__(self, index: int, message: str) -> None:
+        super().__init__(message)
+        self.index = index
 
 
 class NvmlBackend:
@@ -74,6 +101,43 @@ class NvmlBackend:
             self._shutdown()
             raise GpuBackendError(f"NVML cannot list the GPUs: {exc}") from exc
         self._closed = False
+        self._boot = host_boot_id()
+        self._uuids: dict[int, str] = {}
+        self._lost: dict[int, str] = {}
+        self._xids: list[GpuFinding] = []
+        for index, handle in enumerate(self._handles):
+            try:
+                self._uuids[index] = _text(self._nvml.nvmlDeviceGetUUID(handle))
+            except self._nvml.NVMLError as exc:
+                if self._is_lost(exc):
+                    self._lost[index] = str(exc)
+        self._events = self._event_set()
+
+    def _is_lost(self, exc: BaseException) -> bool:
+        code = getattr(self._nvml, "NVML_ERROR_GPU_IS_LOST", None)
+        return code is not None and getattr(exc, "value", None) == code
+
+    def _event_set(self) -> Any:
+        """An event set for Xid errors on every GPU that supports them; None where NVML
+        offers none (then Xid events are not read, and the log says so once)."""
+        nvml = self._nvml
+        xid = getattr(nvml, "nvmlEventTypeXidCriticalError", None)
+        if xid is None or not hasattr(nvml, "nvmlEventSetCreate"):
+            logger.warning("this NVML has no Xid events; Xid errors are not watched")
+            return None
+        try:
+            events = nvml.nvmlEventSetCreate()
+        except nvml.NVMLError as exc:
+            logger.warning("NVML cannot create an event set (%s); Xid errors are not watched", exc)
+            return None
+        for index, handle in enumerate(self._handles):
+            try:
+                nvml.nvmlDeviceRegisterEvents(handle, xid, events)
+            except nvml.NVMLError as exc:
+                if self._is_lost(exc):
+                    self._lost.setdefault(index, str(exc))
+                logger.warning("Xid errors of GPU %d are not watched: %s", index, exc)
+        return events
 
     # -- helpers ---------------------------------------------------------------------------
 
@@ -93,13 +157,17 @@ class NvmlBackend:
         except unsupported:
             return None
         except nvml.NVMLError as exc:
-            raise GpuBackendError(f"NVML cannot read {what} of GPU {index}: {exc}") from exc
+            raise self._error(index, what, exc) from exc
 
     def _required(self, index: int, what: str, call: Callable[..., Any], *args: Any) -> Any:
         try:
             return call(*args)
         except self._nvml.NVMLError as exc:
-            raise GpuBackendError(f"NVML cannot read {what} of GPU {index}: {exc}") from exc
+            raise self._error(index, what, exc) from exc
+
+    def _error(self, index: int, what: str, exc: Exception) -> GpuBackendError:
+        message = f"NVML cannot read {what} of GPU {index}: {exc}"
+        return GpuLost(index, message) if self._is_lost(exc) else GpuBackendError(message)
 
     def _shutdown(self) -> None:
         try:
@@ -122,8 +190,90 @@ class NvmlBackend:
         return gpus
 
     def sample(self) -> list[GpuSample]:
+        """One reading per GPU; a lost GPU has none (it is reported by `health()`)."""
+        samples = []
         with self._lock:
-            return [self._sample_one(i, h) for i, h in enumerate(self._handles)]
+            for index, handle in enumerate(self._handles):
+                if index in self._lost:
+                    continue
+                try:
+                    samples.append(self._sample_one(index, handle))
+                except GpuLost as exc:
+                    self._lost[index] = str(exc.__cause__ or exc)
+        return samples
+
+    def health(self) -> list[GpuFinding]:
+        """What is wrong with the GPUs now: every lost GPU, every GPU with uncorrectable
+        ECC errors since the driver loaded, and the Xid events this agent has read (the
+        newest MAX_XID_FINDINGS). Sent every tick; the control side acts on each once."""
+        nvml = self._nvml
+        with self._lock:
+            self._read_events()
+            findings: list[GpuFinding] = []
+            for index, handle in enumerate(self._handles):
+                if index not in self._lost:
+                    try:
+                        ecc = self._optional(
+                            index,
+                            "ECC errors",
+                            nvml.nvmlDeviceGetTotalEccErrors,
+                            handle,
+                            nvml.NVML_MEMORY_ERROR_TYPE_UNCORRECTED,
+                            nvml.NVML_VOLATILE_ECC,
+                        )
+                    except GpuLost as exc:
+                        self._lost[index] = str(exc.__cause__ or exc)
+                    except GpuBackendError as exc:
+                        logger.warning("%s", exc)
+                    else:
+                        if ecc:
+                            findings.append(self._finding(
+                                index, "ecc", int(ecc),
+                                f"{int(ecc)} uncorrectable ECC errors", f"ecc:{int(ecc)}",
+                            ))  # fmt: skip
+                if index in self._lost:
+                    findings.append(self._finding(
+                        index, "lost", None, f"GPU is lost: {self._lost[index]}", "lost"
+                    ))  # fmt: skip
+            return self._xids + findings
+
+    def _finding(
+        self, index: int, kind: str, code: int | None, detail: str, what: str
+    ) -> GpuFinding:
+        uuid = self._uuids.get(index, "")
+        return GpuFinding(index, uuid, kind, code, detail[:200], f"{self._boot}:{uuid}:{what}")
+
+    def _read_events(self) -> None:
+        """Drain the event set without waiting; each Xid event becomes a finding."""
+        nvml = self._nvml
+        if self._events is None:
+            return
+        wait = getattr(nvml, "nvmlEventSetWait_v2", None) or nvml.nvmlEventSetWait
+        by_uuid = {uuid: index for index, uuid in self._uuids.items()}
+        for _ in range(MAX_EVENTS_PER_TICK):
+            try:
+                event = wait(self._events, 0)
+            except nvml.NVMLError as exc:
+                if getattr(exc, "value", None) != getattr(nvml, "NVML_ERROR_TIMEOUT", None):
+                    logger.warning("reading Xid events failed: %s", exc)
+                return
+            if not event.eventType & nvml.nvmlEventTypeXidCriticalError:
+                continue
+            try:
+                uuid = _text(nvml.nvmlDeviceGetUUID(event.device))
+            except nvml.NVMLError:
+                uuid = ""
+            index = by_uuid.get(uuid, -1)
+            if index < 0:
+                logger.warning("Xid %s on a GPU this agent does not know", event.eventData)
+                continue
+            code = int(event.eventData)
+            seen = sum(1 for f in self._xids if f.index == index)
+            finding = self._finding(
+                index, "xid", code, f"XID {code}", f"xid:{code}:{self._clock():.6f}:{seen}"
+            )
+            logger.error("GPU %d (%s) reported XID %d", index, uuid, code)
+            self._xids = [*self._xids, finding][-MAX_XID_FINDINGS:]
 
     def _sample_one(self, index: int, handle: Any) -> GpuSample:
         nvml = self._nvml
@@ -186,4 +336,9 @@ class NvmlBackend:
         with self._lock:
             if not self._closed:
                 self._closed = True
+                if self._events is not None:
+                    try:
+                        self._nvml.nvmlEventSetFree(self._events)
+                    except self._nvml.NVMLError:
+                        pass
                 self._shutdown()

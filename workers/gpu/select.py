@@ -32,7 +32,14 @@ def select_backend(
                 seed = int(raw)
             except ValueError:
                 raise ValueError(f"FLEET_SIM_SEED={raw!r} is not an integer") from None
-        return SimulatedGpuBackend(spec, node_name=node_name, seed=seed, clock=clock)
+        return SimulatedGpuBackend(
+            spec,
+            node_name=node_name,
+            seed=seed,
+            clock=clock,
+            faults=env.get("FLEET_SIM_GPU_FAULTS", ""),
+            faults_file=env.get("FLEET_SIM_GPU_FAULTS_FILE") or None,
+        )
     from workers.gpu.nvml import NvmlBackend
 
     return NvmlBackend(clock=clock)

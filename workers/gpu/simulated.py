@@ -17,6 +17,14 @@ load it puts on each of its GPUs through its own environment:
 - `FLEET_SIM_MEMORY_MB`: GPU memory the process holds on each GPU (default: the job's
   memory budget when it asked for a fraction, else 20% of the GPU's memory).
 
+Simulated GPU faults, so the health path (drain on Xid, ECC, lost GPU) runs without a GPU.
+They are a simulation and are named so; nothing sets them unless asked:
+
+- `FLEET_SIM_GPU_FAULTS="1:xid79,0:ecc2,3:lost"`: GPU 1 reports Xid 79, GPU 0 two
+  uncorrectable ECC errors, GPU 3 is lost (left out of the samples, as with NVML).
+- `FLEET_SIM_GPU_FAULTS_FILE=/path`: the same list, read from the file at every health
+  check, so faults can be injected into a running agent (a missing file: no faults).
+
 The process list carries the job's real PID, so process-to-job attribution and fractional
 memory enforcement work as they do with NVML. Everything that comes from this backend says
 so: `backend_name == "simulated"`, names start with "Simulated", UUIDs are
@@ -32,7 +40,7 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 
 from workers.gpu.models import SimulatedGpuModel, parse_gpu_spec
-from workers.gpu.types import GpuInfo, GpuProcess, GpuSample
+from workers.gpu.types import FINDING_KINDS, GpuFinding, GpuInfo, GpuProcess, GpuSample
 
 DEFAULT_UTIL_PERCENT = 85.0
 DEFAULT_MEMORY_SHARE = 0.20
@@ -80,6 +88,30 @@ def declared_load(
     return min(util, 100.0), int(memory)
 
 
+def parse_faults(text: str, gpu_count: int) -> list[tuple[int, str, int | None]]:
+    """`"1:xid79,0:ecc2,3:lost"` as (index, kind, code) triples. Raises ValueError with
+    what to write instead."""
+    faults: list[tuple[int, str, int | None]] = []
+    for item in text.replace("\n", ",").split(","):
+        item = item.strip()
+        if not item:
+            continue
+        index_text, _, what = item.partition(":")
+        kind = what.rstrip("0123456789")
+        digits = what[len(kind) :]
+        if not index_text.strip().isdigit() or kind not in FINDING_KINDS:
+            raise ValueError(
+                f"simulated GPU fault {item!r} is not INDEX:xidN, INDEX:eccN or INDEX:lost"
+            )
+        index = int(index_text)
+        if index >= gpu_count:
+            raise ValueError(f"simulated GPU fault {item!r}: there are {gpu_count} GPUs")
+        if (kind == "lost") == bool(digits):
+            raise ValueError(f"simulated GPU fault {item!r}: xid and ecc take a number, lost none")
+        faults.append((index, kind, int(digits) if digits else None))
+    return faults
+
+
 class SimulatedGpuBackend:
     """GPUs from a spec, with readings driven by the job processes registered on them.
     Thread-safe: the executor registers processes while the sampler reads."""
@@ -93,9 +125,13 @@ class SimulatedGpuBackend:
         node_name: str,
         seed: int = 0,
         clock: Callable[[], float] = time.time,
+        faults: str = "",
+        faults_file: str | None = None,
     ) -> None:
         self._gpus = parse_gpu_spec(spec) if isinstance(spec, str) else list(spec)
         self.node_name = node_name
+        self._faults = parse_faults(faults, len(self._gpus))
+        self._faults_file = faults_file
         self._clock = clock
         self._rng = random.Random(f"{seed}:{node_name}")
         self._lock = threading.Lock()
@@ -166,9 +202,44 @@ class SimulatedGpuBackend:
     # -- readings ---------------------------------------------------------------------------
 
     def sample(self) -> list[GpuSample]:
+        """One reading per GPU; a GPU simulated as lost has none, as with NVML."""
+        lost = {index for index, kind, _ in self._current_faults() if kind == "lost"}
         with self._lock:
             now = self._clock()
-            return [self._sample_one(i, g, self._loads[i], now) for i, g in enumerate(self._gpus)]
+            return [
+                self._sample_one(i, g, self._loads[i], now)
+                for i, g in enumerate(self._gpus)
+                if i not in lost
+            ]
+
+    def _current_faults(self) -> list[tuple[int, str, int | None]]:
+        faults = list(self._faults)
+        if self._faults_file:
+            try:
+                with open(self._faults_file) as fh:
+                    text = fh.read()
+            except FileNotFoundError:
+                text = ""
+            try:
+                faults += parse_faults(text, len(self._gpus))
+            except ValueError as exc:
+                raise ValueError(f"{self._faults_file}: {exc}") from None
+        return faults
+
+    def health(self) -> list[GpuFinding]:
+        """The simulated faults (module doc) as findings; each keeps its key while it is
+        listed, so sending it every tick drains a node once."""
+        findings = []
+        for index, kind, code in self._current_faults():
+            detail = {
+                "xid": f"XID {code}",
+                "ecc": f"{code} uncorrectable ECC errors",
+                "lost": "GPU is lost (simulated)",
+            }[kind]
+            uuid = self.uuid(index)
+            key = f"sim:{uuid}:{kind}" + (f":{code}" if code is not None else "")
+            findings.append(GpuFinding(index, uuid, kind, code, detail, key))
+        return findings
 
     def _noise(self, scale: float) -> float:
         return self._rng.gauss(0.0, scale)

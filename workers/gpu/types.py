@@ -51,8 +51,8 @@ class GpuSample:
     memory-controller utilisation (share of time device memory was read or written), not
     the used/total ratio, which is `memory_used_mb / memory_total_mb`. Fields a GPU does
     not support are None (`fan_percent` on passively cooled boards, `ecc_errors` where ECC
-    is off). `ecc_errors` counts volatile uncorrected errors. `xid_errors` is reserved:
-    Xid events need an NVML event set and are not read yet, so it is always None.
+    is off). `ecc_errors` counts volatile uncorrected errors. `xid_errors` stays None: Xid
+    events are read from an NVML event set and sent as health findings (`GpuFinding`).
     `sampled_at` comes from the backend's injected clock (seconds).
     """
 
@@ -90,6 +90,34 @@ class GpuSample:
         return data
 
 
+# What a health finding says of a GPU: an Xid event the driver raised, uncorrectable ECC
+# errors since the driver loaded, or the GPU gone from the bus (NVML: GPU is lost).
+FINDING_KINDS = ("xid", "ecc", "lost")
+
+
+@dataclass(frozen=True, slots=True)
+class GpuFinding:
+    """Something wrong with one GPU that the control side acts on (fleet/services/gpu_health).
+
+    `code` is the Xid number for "xid" and the count of volatile uncorrected errors for
+    "ecc" (None for "lost"); `detail` is the text an operator reads ("XID 79").
+    `key` names this finding for good: the agent sends its findings again every tick and
+    after a restart, and the control side acts on a key once, so a node that staff resumed
+    is not drained again for a finding it has already seen. It holds the host's boot id,
+    because volatile ECC counts and lost GPUs last until the driver reloads.
+    """
+
+    index: int
+    uuid: str
+    kind: str
+    code: int | None
+    detail: str
+    key: str
+
+    def to_dict(self) -> dict[str, Any]:
+        return asdict(self)
+
+
 @runtime_checkable
 class GpuBackend(Protocol):
     """Reads the GPUs of one host. `backend_name` says where readings come from."""
@@ -101,3 +129,16 @@ class GpuBackend(Protocol):
     def sample(self) -> list[GpuSample]: ...
 
     def close(self) -> None: ...
+
+
+BOOT_ID_PATH = "/proc/sys/kernel/random/boot_id"
+
+
+def host_boot_id(path: str = BOOT_ID_PATH) -> str:
+    """The kernel's id of this boot of the host ("" where it has none): findings that last
+    until the driver reloads are named with it (`GpuFinding.key`)."""
+    try:
+        with open(path) as fh:
+            return fh.read().strip()[:40]
+    except OSError:
+        return ""
