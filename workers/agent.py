@@ -19,6 +19,7 @@ import socket
 import sys
 import threading
 from collections.abc import Sequence
+from dataclasses import replace
 from importlib import metadata
 from pathlib import Path
 from typing import Any
@@ -27,6 +28,7 @@ from workers import tasks
 from workers.celery_app import broker_url, configure, control_queue, node_queue
 from workers.executor.accounts import JobAccounts
 from workers.executor.cgroups import probe
+from workers.executor.mps import mps_probe, with_mps
 from workers.fence import broker_client, fenced
 from workers.gpu import select_backend
 from workers.host import host_shape
@@ -90,6 +92,10 @@ def _host_settings(args: argparse.Namespace) -> dict[str, Any]:
     else:
         logger.warning("jobs are not confined to their CPUs and memory: %s",
                        enforcement.note.removeprefix("none: "))  # fmt: skip
+    mps = mps_probe()
+    if not mps.available:
+        logger.warning("fractional GPU shares are advisory: %s", mps.reason)
+    enforcement = replace(enforcement, note=with_mps(enforcement.note, mps))
     return {"host": shape, "enforcement": enforcement}
 
 

@@ -8,12 +8,20 @@ from __future__ import annotations
 
 import os
 from pathlib import Path
+from typing import Any
 
 import pytest
 
 from tests.workers.executor.helpers import Agent, log_text
 from workers.executor import JobSpec, job_environment
-from workers.executor.mps import MPS_VARIABLES, mps_environment, mps_probe
+from workers.executor.mps import (
+    MAX_ENFORCEMENT_CHARS,
+    MPS_VARIABLES,
+    Mps,
+    mps_environment,
+    mps_probe,
+    with_mps,
+)
 
 
 @pytest.fixture
@@ -116,3 +124,41 @@ def test_a_real_fraction_process_sees_the_variables(tmp_path: Path, pipe_dir: Pa
         "CUDA_MPS_PINNED_DEVICE_MEM_LIMIT=0=6000M",
         f"CUDA_MPS_PIPE_DIRECTORY={pipe_dir}",
     ]
+
+
+@pytest.mark.django_db
+def test_the_job_page_says_whether_a_fractions_share_is_enforced(
+    owner: object, team: object, pipe_dir: Path
+) -> None:
+    from django.test import Client
+
+    from fleet.models import Node
+    from tests.factories import JobFactory, NodeFactory
+
+    client = Client()
+    client.force_login(owner)  # type: ignore[arg-type]
+    node: Any = NodeFactory(name="gpu-1")
+    fraction: Any = JobFactory(
+        owner=owner, team=team, gpus=0, gpu_memory_mb=8000, gpu_compute_percent=50, node=node
+    )
+    whole: Any = JobFactory(owner=owner, team=team, gpus=1, node=node)
+    for note, word in (
+        (with_mps("cgroup-v2", mps_probe({"CUDA_MPS_PIPE_DIRECTORY": str(pipe_dir)})), "enforced"),
+        (with_mps("cgroup-v2", mps_probe({"CUDA_MPS_PIPE_DIRECTORY": "/nonexistent"})), "advisory"),
+        ("none: no cgroup v2", "advisory"),  # an agent from before the "mps:" part
+    ):
+        Node.objects.filter(pk=node.pk).update(resource_enforcement=note)
+        html = client.get(f"/jobs/{fraction.pk}/").content.decode()
+        assert f"<dt>Share</dt><dd>{word}: gpu-1" in html, note
+        assert "<dt>Share</dt>" not in client.get(f"/jobs/{whole.pk}/").content.decode()
+        # The node page still reads the cgroup part of the string.
+        node_html = client.get("/nodes/gpu-1/").content.decode()
+        held = "each job is held to its CPUs and memory" in node_html
+        assert held == note.startswith("cgroup-v2"), note
+
+
+def test_the_enforcement_string_stays_within_what_the_control_side_stores() -> None:
+    long_reason = Mps(None, reason="x" * 400)
+    note = with_mps("none: " + "y" * 200, long_reason)
+    assert len(note) == MAX_ENFORCEMENT_CHARS and note.endswith("…")
+    assert with_mps("cgroup-v2", Mps("/tmp/nvidia-mps")) == "cgroup-v2; mps: /tmp/nvidia-mps"

@@ -33,6 +33,8 @@ from typing import Any
 DEFAULT_PIPE_DIRECTORY = "/tmp/nvidia-mps"
 DEFAULT_LOG_DIRECTORY = "/var/log/nvidia-mps"
 CONTROL_PIPE = "control"
+# How much of the agent's enforcement string the control side stores (Node.resource_enforcement).
+MAX_ENFORCEMENT_CHARS = 300
 # What fleet sets for a fraction on an MPS host; a job's own values for them are dropped.
 MPS_VARIABLES = (
     "CUDA_MPS_ACTIVE_THREAD_PERCENTAGE",
@@ -84,7 +86,17 @@ def mps_probe(env: Mapping[str, str] | None = None) -> Mps:
     if not stat.S_ISFIFO(mode):
         return Mps(None, reason=f"{control} is not a named pipe, so it is no MPS control pipe")
     log = source.get("CUDA_MPS_LOG_DIRECTORY", "").strip() or None
-    return Mps(str(Path(directory)), log_directory=log)
+    return Mps(os.path.abspath(directory), log_directory=log)
+
+
+def with_mps(note: str, mps: Mps) -> str:
+    """The agent's enforcement string with its "mps:" part added: "cgroup-v2; mps: <pipe
+    directory>", or "none: <why>; mps: none: <why>", shortened to what the control side
+    stores. A job page reads "mps: /" as "fractional shares are enforced"."""
+    text = f"{note}; {mps.note}"
+    if len(text) > MAX_ENFORCEMENT_CHARS:
+        text = text[: MAX_ENFORCEMENT_CHARS - 1] + "…"
+    return text
 
 
 def mps_environment(spec: Any, mps: Mps) -> dict[str, str]:
