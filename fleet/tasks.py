@@ -14,11 +14,21 @@ from collections.abc import Callable
 from typing import Any
 
 from django.db import OperationalError
+from django.utils import timezone
 
 from fleet.api.ready import reaper_ran
 from fleet.celery import app
 from fleet.models import Node
-from fleet.services import agents, job_reports, reaper, telemetry, telemetry_logs, wire
+from fleet.services import (
+    agents,
+    idle,
+    job_reports,
+    notifications,
+    reaper,
+    telemetry,
+    telemetry_logs,
+    wire,
+)
 
 # A database that is unavailable for minutes (a restart, a failover) or locked (SQLite
 # under several writers) must not lose a report: the message is retried with backoff for
@@ -132,6 +142,36 @@ def telemetry_rollup() -> dict[str, int]:
     retention of stored job output."""
     result = telemetry.telemetry_rollup()
     result["log_chunks_pruned"] = telemetry_logs.log_prune()
+    return result
+
+
+# Notifications: one task per message, retried with exponential backoff (10 s, 20 s, ... 160
+# s) and then recorded as failed; the HTTP timeout is short, so a dead endpoint holds a worker
+# for seconds, never the state machine.
+@app.task(
+    name="fleet.tasks.notification_deliver",
+    bind=True,
+    acks_late=True,
+    time_limit=60,
+    soft_time_limit=50,
+    max_retries=notifications.MAX_TRIES - 1,
+)
+def notification_deliver(self: Any, *, notification_id: int) -> str | None:
+    final = self.request.retries >= self.max_retries
+    try:
+        return notifications.notification_send(notification_id=notification_id, final=final)
+    except notifications.DeliveryFailed as e:
+        raise self.retry(exc=e, countdown=10 * 2**self.request.retries) from e
+
+
+@app.task(name="fleet.tasks.notify_tick", time_limit=120, soft_time_limit=100)
+def notify_tick() -> dict[str, int]:
+    """Every minute: idle GPUs, jobs near their time limit, notifications whose message was
+    lost."""
+    now = timezone.now()
+    result = idle.idle_check(now=now)
+    result["time_limit_notified"] = notifications.notify_time_limits(now=now)
+    result["resent"] = notifications.notifications_resend(now=now)
     return result
 
 

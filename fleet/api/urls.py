@@ -2,7 +2,7 @@ from django.contrib.auth.decorators import login_required
 from django.urls import path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
-from fleet.api import jobs, logs, me, nodes, teams, telemetry, usage
+from fleet.api import jobs, logs, me, nodes, notifications, teams, telemetry, usage
 from scheduler.api import estimate, queue
 from scheduler.api import settings as scheduler_settings
 
@@ -29,6 +29,11 @@ urlpatterns = [
     path("scheduler/", scheduler_settings.SchedulerSettingsApi.as_view(), name="scheduler"),
     path("usage/", usage.UsageApi.as_view(), name="usage"),
     path("me/", me.MeApi.as_view(), name="me"),
+    path(
+        "me/notifications/",
+        notifications.NotificationSettingsApi.as_view(),
+        name="me-notifications",
+    ),
     path("tokens/", me.TokenApi.as_view(), name="tokens"),
     path("schema/", SpectacularAPIView.as_view(), name="schema"),
     # A browser page: an anonymous visitor is sent to the login page first.

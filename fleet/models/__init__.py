@@ -1,5 +1,11 @@
 from fleet.models.jobs import Job, JobEvent, JobMember, JobState, MemberState
 from fleet.models.nodes import Gpu, GpuRelease, Node, NodeState
+from fleet.models.notifications import (
+    JobIdle,
+    Notification,
+    NotificationEvent,
+    NotificationSettings,
+)
 from fleet.models.teams import ApiToken, Membership, Role, Team
 from fleet.models.telemetry import JobLogChunk, TelemetryRollup, TelemetrySample
 
@@ -9,6 +15,7 @@ __all__ = [
     "GpuRelease",
     "Job",
     "JobEvent",
+    "JobIdle",
     "JobLogChunk",
     "JobMember",
     "JobState",
@@ -16,6 +23,9 @@ __all__ = [
     "Membership",
     "Node",
     "NodeState",
+    "Notification",
+    "NotificationEvent",
+    "NotificationSettings",
     "Role",
     "Team",
     "TelemetryRollup",

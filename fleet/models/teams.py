@@ -39,6 +39,18 @@ class Team(models.Model):
         default=0,
         help_text="Host memory (MB) a job gets per GPU on each node when it does not ask. 0: none.",
     )
+    idle_util_percent = models.FloatField(
+        default=5.0, help_text="A job's GPUs under this utilization (%) count as idle."
+    )
+    idle_minutes = models.PositiveIntegerField(
+        default=60, help_text="Minutes of idle GPUs before a job is flagged. 0: off."
+    )
+    idle_action = models.CharField(
+        max_length=10,
+        choices=[("warn", "warn"), ("stop", "stop")],
+        default="warn",
+        help_text="warn: flag and notify; stop: also cancel the job.",
+    )
 
     class Meta:
         ordering = ["slug"]

@@ -21,6 +21,7 @@ from fleet.errors import Conflict, NotFound
 from fleet.models import Job, JobEvent, JobMember, JobState
 from fleet.models.jobs import ActorKind
 from fleet.services.fences import fence_on_commit
+from fleet.services.notifications import notify_on_commit
 
 log = logging.getLogger(__name__)
 
@@ -203,6 +204,7 @@ def job_transition(
             actor_kind=actor.kind,
             actor=actor.name,
         )
+        notify_on_commit(job_id=job_id, attempt=expected_attempt, action=action, reason=reason)
         if current["state"] in ON_NODE and transition.target not in ON_NODE:
             # The attempt is over: a start for it still queued at its node must not run.
             fence_on_commit(
