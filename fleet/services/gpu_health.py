@@ -78,7 +78,8 @@ class Finding:
             what = f"{self.code} uncorrectable ECC error" + ("s" if self.code != 1 else "")
         else:
             what = "that it is lost (fell off the bus)"
-        return f"GPU {self.index} ({self.uuid}) reported {what}; drained until staff resume it"
+        uuid = self.uuid or "uuid unreadable"
+        return f"GPU {self.index} ({uuid}) reported {what}; drained until staff resume it"
 
 
 class Refused(ValueError):
@@ -97,6 +98,11 @@ def _text(value: Any, size: int, field: str) -> str:
     return value
 
 
+def _key(finding: Finding) -> str:
+    """The finding's key as kept in the node's label (keys are kept space-separated)."""
+    return finding.key.replace(" ", "_")
+
+
 def finding_check(raw: Any) -> Finding:
     """One finding as the agent sent it, checked value by value, or Refused."""
     if not isinstance(raw, dict):
@@ -109,9 +115,11 @@ def finding_check(raw: Any) -> Finding:
         code = None
     else:
         code = _whole(code, 10**12, "code")
+    uuid = raw.get("uuid")
     return Finding(
         index=_whole(raw.get("index"), 1023, "index"),
-        uuid=_text(raw.get("uuid"), 100, "uuid"),
+        # A GPU lost before the agent could read its uuid is named by its index alone.
+        uuid="" if kind == "lost" and uuid == "" else _text(uuid, 100, "uuid"),
         kind=kind,
         code=code,
         key=_text(raw.get("key"), 200, "key"),
@@ -138,8 +146,12 @@ def gpu_findings_apply(*, node: Node, findings: Any) -> list[str]:
             example = example or f"gpu_health {exc}"
     gpus = dict(Gpu.objects.filter(node=node).values_list("uuid", "index"))
     valid = []
+    taken = {index: uuid for uuid, index in gpus.items()}
     for finding in checked:
-        if gpus.get(finding.uuid) != finding.index:
+        # A lost GPU without a uuid is one the agent could not register: its index is not
+        # one of this node's registered GPUs.
+        unnamed = finding.uuid == "" and finding.index not in taken
+        if not unnamed and gpus.get(finding.uuid) != finding.index:
             refused["gpu_health"] += 1
             example = example or (
                 f"gpu_health uuid: {finding.uuid[:40]} is not GPU {finding.index} of this node"
@@ -159,17 +171,23 @@ def gpu_findings_apply(*, node: Node, findings: Any) -> list[str]:
     wanted = [f for f in valid if f.drains]
     if not wanted:
         return []
+    # Findings come every tick while they last: most were acted on before, and those need
+    # no lock on the node.
+    labels_now = Node.objects.filter(pk=node.pk).values_list("labels", flat=True).first()
+    known = str((labels_now or {}).get(HEALTH_LABEL) or "").split()
+    if all(_key(f) in known for f in wanted):
+        return []
     with transaction.atomic():
         locked = Node.objects.select_for_update().get(pk=node.pk)
         labels = dict(locked.labels or {})
         seen = str(labels.get(HEALTH_LABEL) or "").split()
         new: list[Finding] = []
         for finding in wanted:
-            if finding.key.replace(" ", "_") not in seen and finding not in new:
+            if _key(finding) not in seen and finding not in new:
                 new.append(finding)
         if not new:
             return []
-        seen += [f.key.replace(" ", "_") for f in new]
+        seen += [_key(f) for f in new]
         labels[HEALTH_LABEL] = " ".join(seen[-MAX_KEYS:])
         sentences = [f.sentence() for f in new]
         reason = "; ".join(sentences)

@@ -165,3 +165,21 @@ def test_a_forged_health_message_drains_nothing(host: tuple[Node, str]) -> None:
     )
     node.refresh_from_db()
     assert node.state == "up"
+
+
+def test_a_gpu_lost_before_its_agent_could_name_it_drains_by_its_index(
+    host: tuple[Node, str],
+) -> None:
+    node, key = host
+    unnamed = {"index": 5, "uuid": "", "kind": "lost", "code": None, "detail": "GPU is lost",
+               "key": "boot1::lost"}  # fmt: skip
+    send(key, [dict(unnamed, index=1)])  # index 1 is a registered GPU: it has a uuid
+    assert Node.objects.get(pk=node.pk).state == "up"
+    assert telemetry_refused(node=node)["gpu_health"] == 1
+
+    send(key, [unnamed])
+    node.refresh_from_db()
+    assert node.state_reason == (
+        "GPU 5 (uuid unreadable) reported that it is lost (fell off the bus); "
+        "drained until staff resume it"
+    )

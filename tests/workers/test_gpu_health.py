@@ -173,7 +173,8 @@ def test_nvml_a_lost_gpu_leaves_the_samples_and_is_reported_lost(gpus: Any) -> N
 def test_nvml_a_gpu_lost_before_the_agent_started_is_reported(gpus: Any) -> None:
     gpus.devices[2].lost = True
     backend = NvmlBackend()
-    assert [(f.index, f.kind) for f in backend.health()] == [(2, "lost")]
+    assert [g.index for g in backend.inventory()] == [0, 1]  # the others still register
+    assert [(f.index, f.uuid, f.kind) for f in backend.health()] == [(2, "", "lost")]
 
 
 def test_simulated_faults_from_the_environment_and_a_file(tmp_path: Path) -> None:

@@ -178,13 +178,21 @@ class NvmlBackend:
     # -- API -------------------------------------------------------------------------------
 
     def inventory(self) -> list[GpuInfo]:
+        """The host's GPUs; a lost GPU is left out (its health finding says so), so the
+        agent still registers the others."""
         nvml = self._nvml
         gpus = []
         with self._lock:
             for index, handle in enumerate(self._handles):
-                name = _text(self._required(index, "the name", nvml.nvmlDeviceGetName, handle))
-                uuid = _text(self._required(index, "the UUID", nvml.nvmlDeviceGetUUID, handle))
-                memory = self._required(index, "memory", nvml.nvmlDeviceGetMemoryInfo, handle)
+                if index in self._lost:
+                    continue
+                try:
+                    name = _text(self._required(index, "the name", nvml.nvmlDeviceGetName, handle))
+                    uuid = _text(self._required(index, "the UUID", nvml.nvmlDeviceGetUUID, handle))
+                    memory = self._required(index, "memory", nvml.nvmlDeviceGetMemoryInfo, handle)
+                except GpuLost as exc:
+                    self._lost[index] = str(exc.__cause__ or exc)
+                    continue
                 total_mb = int(memory.total // _BYTES_PER_MB)
                 gpus.append(GpuInfo(index, uuid, name, normalize_model(name, total_mb), total_mb))
         return gpus
