@@ -148,10 +148,10 @@ def gpu_findings_apply(*, node: Node, findings: Any) -> list[str]:
     valid = []
     taken = {index: uuid for uuid, index in gpus.items()}
     for finding in checked:
-        # A lost GPU without a uuid is one the agent could not register: its index is not
-        # one of this node's registered GPUs.
-        unnamed = finding.uuid == "" and finding.index not in taken
-        if not unnamed and gpus.get(finding.uuid) != finding.index:
+        # A GPU lost before the agent could register it (its uuid may be unreadable) is not
+        # one of this node's GPUs: it is taken at its word for an index no GPU holds.
+        unregistered = finding.kind == "lost" and finding.index not in taken
+        if not unregistered and gpus.get(finding.uuid) != finding.index:
             refused["gpu_health"] += 1
             example = example or (
                 f"gpu_health uuid: {finding.uuid[:40]} is not GPU {finding.index} of this node"

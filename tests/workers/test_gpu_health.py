@@ -154,11 +154,16 @@ def test_nvml_uncorrectable_ecc_errors_are_a_finding_while_counted(gpus: Any) ->
 def test_nvml_a_lost_gpu_leaves_the_samples_and_is_reported_lost(gpus: Any) -> None:
     backend = NvmlBackend()
     assert [s.index for s in backend.sample()] == [0, 1, 2]
+    backend.inventory()  # the agent registers
     gpus.devices[1].lost = True
 
     samples = backend.sample()  # the tick goes on for the other GPUs
 
     assert [s.index for s in samples] == [0, 2]
+    # It stays registered as it was, so the node keeps the GPU, its history and its name.
+    assert [(g.index, g.uuid) for g in backend.inventory()] == [
+        (0, "GPU-aa00"), (1, "GPU-aa01"), (2, "GPU-aa02")
+    ]  # fmt: skip
     [finding] = backend.health()
     assert (finding.index, finding.uuid, finding.kind, finding.code) == (
         1,

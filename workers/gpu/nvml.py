@@ -104,6 +104,7 @@ class NvmlBackend:
         self._boot = host_boot_id()
         self._uuids: dict[int, str] = {}
         self._lost: dict[int, str] = {}
+        self._listed: dict[int, GpuInfo] = {}
         self._xids: list[GpuFinding] = []
         for index, handle in enumerate(self._handles):
             try:
@@ -178,13 +179,16 @@ class NvmlBackend:
     # -- API -------------------------------------------------------------------------------
 
     def inventory(self) -> list[GpuInfo]:
-        """The host's GPUs; a lost GPU is left out (its health finding says so), so the
-        agent still registers the others."""
+        """The host's GPUs. A GPU lost since it was last listed keeps its entry (the node
+        keeps the GPU and its history; the health finding says it is lost); one lost before
+        it could be read is left out, so the agent still registers the others."""
         nvml = self._nvml
         gpus = []
         with self._lock:
             for index, handle in enumerate(self._handles):
                 if index in self._lost:
+                    if index in self._listed:
+                        gpus.append(self._listed[index])
                     continue
                 try:
                     name = _text(self._required(index, "the name", nvml.nvmlDeviceGetName, handle))
@@ -194,7 +198,9 @@ class NvmlBackend:
                     self._lost[index] = str(exc.__cause__ or exc)
                     continue
                 total_mb = int(memory.total // _BYTES_PER_MB)
-                gpus.append(GpuInfo(index, uuid, name, normalize_model(name, total_mb), total_mb))
+                info = GpuInfo(index, uuid, name, normalize_model(name, total_mb), total_mb)
+                self._listed[index] = info
+                gpus.append(info)
         return gpus
 
     def sample(self) -> list[GpuSample]:
