@@ -1,7 +1,18 @@
 from django.urls import path
 from django.views.generic import RedirectView
 
-from fleet.web.views import charts, fleet, job, node, queue, scheduler, submit, token, usage
+from fleet.web.views import (
+    charts,
+    fleet,
+    job,
+    node,
+    notifications,
+    queue,
+    scheduler,
+    submit,
+    token,
+    usage,
+)
 
 urlpatterns = [
     path("", RedirectView.as_view(pattern_name="fleet"), name="home"),
@@ -19,4 +30,5 @@ urlpatterns = [
     path("scheduler/", scheduler.scheduler_page, name="scheduler"),
     path("scheduler/cycles.json", scheduler.scheduler_cycles_json, name="scheduler-cycles"),
     path("token/", token.token_page, name="token"),
+    path("notifications/", notifications.notifications_page, name="notifications"),
 ]

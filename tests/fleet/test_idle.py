@@ -190,3 +190,21 @@ def test_multi_node_job_reads_every_member() -> None:
     _samples(gpus[0], 0.0, since=NOW - timedelta(minutes=61), until=NOW)
     _samples(gpu_b, 70.0, since=NOW - timedelta(minutes=61), until=NOW)
     assert idle_check(now=NOW)["idle_flagged"] == 0
+
+
+def test_job_page_shows_idle_badge_for_current_attempt_only() -> None:
+    from django.test import Client
+
+    from tests.factories import MembershipFactory
+
+    job, gpus = _job()
+    MembershipFactory(user=job.owner, team=job.team)
+    web = Client()
+    web.force_login(job.owner)
+    assert "idle GPUs" not in web.get(f"/jobs/{job.pk}/").content.decode()
+    for gpu in gpus:
+        _samples(gpu, 0.0, since=NOW - timedelta(minutes=61), until=NOW)
+    idle_check(now=NOW)
+    assert "idle GPUs" in web.get(f"/jobs/{job.pk}/").content.decode()
+    Job.objects.filter(id=job.pk).update(attempt=2)
+    assert "idle GPUs" not in web.get(f"/jobs/{job.pk}/").content.decode()

@@ -340,3 +340,56 @@ def test_list_of_deliveries(owner_api: Any, stranger_api: Any) -> None:
     got = owner_api.get(URL).json()["recent"]
     assert [(n["job"], n["event"], n["state"]) for n in got] == [(job.pk, "end", "pending")]
     assert stranger_api.get(URL).json()["recent"] == []
+
+
+# The page
+
+
+def test_page_saves_and_refuses_bad_url(owner: Any) -> None:
+    from django.test import Client
+
+    web = Client()
+    web.force_login(owner)
+    assert web.get("/notifications/").status_code == 200
+    r = web.post("/notifications/", {"webhook_url": "https://h.example.org/x", "on_start": "on"})
+    assert r.status_code == 200 and b"Saved." in r.content
+    row = NotificationSettings.objects.get(user=owner)
+    # Boxes left unticked are off.
+    assert (row.webhook_url, row.on_start, row.on_end) == ("https://h.example.org/x", True, False)
+
+    bad = web.post("/notifications/", {"webhook_url": "gopher://h/x", "on_end": "on"})
+    assert bad.status_code == 400
+    assert b"Nothing was saved" in bad.content and b"gopher://h/x" in bad.content
+    row.refresh_from_db()
+    assert (row.webhook_url, row.on_end) == ("https://h.example.org/x", False)
+
+
+def test_page_lists_deliveries_with_reason(owner: Any) -> None:
+    from django.test import Client
+
+    job = _running_job(owner)
+    Notification.objects.create(
+        user=owner,
+        job=job,
+        attempt=1,
+        event="failure",
+        channel="webhook",
+        target="https://h.example.org/",
+        text="t",
+        state="failed",
+        tries=6,
+        last_error="the endpoint answered HTTP 500",
+    )
+    web = Client()
+    web.force_login(owner)
+    page = web.get("/notifications/").content.decode()
+    assert "failed after 6 tries: the endpoint answered HTTP 500" in page
+
+
+def test_page_refuses_user_in_no_team(stranger: Any) -> None:
+    from django.test import Client
+
+    web = Client()
+    web.force_login(stranger)
+    assert web.get("/notifications/").status_code == 403
+    assert Client().get("/notifications/").status_code == 302
