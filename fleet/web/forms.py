@@ -249,13 +249,19 @@ def _show_param(kind: str, value: Any) -> str:
     return str(value)
 
 
+def _show_bound(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else f"{value:g}"
+
+
 class SchedulerSettingsForm(forms.Form):
     """One field per scheduler parameter, built from the same definitions the API checks
     against (scheduler.cycle.config.known_params). An empty field means the policy's
     default. Values are checked by config.validate_params, one parameter at a time, so each
     error sits next to its field; saving goes through config.settings_update."""
 
-    policy = forms.ChoiceField(help_text="The ordering and placement policy of the next cycle.")
+    policy = forms.ChoiceField(
+        label="Active policy", help_text="The ordering and placement policy of the next cycle."
+    )
     tick_seconds = forms.CharField(
         label="Tick interval (seconds)",
         help_text="Seconds between periodic cycles; submissions, finishes and node changes "
@@ -291,9 +297,9 @@ class SchedulerSettingsForm(forms.Form):
         default = _show_param(spec.kind, spec.default) or "none"
         bounds = {}
         if spec.minimum is not None:
-            bounds["min"] = f"{spec.minimum:g}"
+            bounds["min"] = _show_bound(spec.minimum)
         if spec.maximum is not None:
-            bounds["max"] = f"{spec.maximum:g}"
+            bounds["max"] = _show_bound(spec.maximum)
         if bounds:
             shown = f"from {bounds.get('min', '…')} to {bounds.get('max', '…')}"
         else:

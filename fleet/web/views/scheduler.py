@@ -42,6 +42,17 @@ def _recent_cycles() -> list[Any]:
     return (sources.recent_cycles() or [])[::-1][:20]
 
 
+def _open_groups(form: SchedulerSettingsForm) -> set[str]:
+    """Unfolded parameter groups: the shared ones, those of the policy shown in the picker
+    (the one just submitted, if any), and any holding an error."""
+    shown = str(form["policy"].value() or "")
+    groups = {"shared", *POLICY_GROUPS.get(shown, ())}
+    groups.update(
+        name for name, _, fields, _ in form.param_groups() if any(f.errors for f in fields)
+    )
+    return groups
+
+
 @staff_required
 def scheduler_page(request: HttpRequest) -> HttpResponse:
     row = sources.scheduler_settings()
@@ -102,7 +113,7 @@ def scheduler_page(request: HttpRequest) -> HttpResponse:
         {
             "row": row,
             "form": form,
-            "active_groups": POLICY_GROUPS.get(row.policy, ()),
+            "open_groups": _open_groups(form),
             "params_json": params_json,
             "json_error": json_error,
             "cycles": _recent_cycles(),
