@@ -268,6 +268,8 @@ class SchedulerSettingsForm(forms.Form):
         "also start one.",
         widget=forms.NumberInput(attrs={"min": 1}),
     )
+    # When the page was loaded: a save from a page older than the last change is refused.
+    loaded = forms.CharField(required=False, widget=forms.HiddenInput)
 
     def __init__(self, *args: Any, row: Any, **kwargs: Any) -> None:
         from scheduler.cycle import config
@@ -278,6 +280,7 @@ class SchedulerSettingsForm(forms.Form):
         self.initial = {
             "policy": row.policy,
             "tick_seconds": row.tick_seconds,
+            "loaded": row.updated_at.isoformat() if row.updated_at else "",
             **{k: _show_param(known[k].kind, v) for k, v in (row.params or {}).items()
                if k in known},
         }  # fmt: skip

@@ -60,6 +60,8 @@ def test_a_bad_value_gets_its_sentence_next_to_the_field_and_changes_nothing(
         r"most 600; got 9000\.<",
         html,
     )
+    # The group of the submitted policy, where the error is, is unfolded.
+    assert re.search(r'data-group="ilp"[^>]*open>', html)
     row = config.settings_get()
     assert (row.policy, row.params, row.tick_seconds) == ("fcfs", {"seed": 3}, 10)
 
@@ -198,3 +200,23 @@ def test_in_a_browser_the_picker_opens_its_groups_and_new_cycles_appear(
             browser.close()
             # Inside Playwright's context the ORM used connections of their own: close them.
             connections.close_all()
+
+
+def test_a_save_from_a_page_older_than_the_last_change_is_refused(staff_web: Client) -> None:
+    html = staff_web.get("/scheduler/").content.decode()
+    loaded = re.search(r'name="loaded" value="([^"]+)"', html)
+    assert loaded is not None
+    # Another admin saves while this page is open.
+    admin = type("Admin", (), {"get_username": lambda self: "alice"})()
+    config.settings_update(user=admin, params={"seed": 9})
+    response = _post(staff_web, loaded=loaded.group(1), seed="1")
+    assert response.status_code == 400
+    assert "alice changed the settings at" in response.content.decode()
+    assert config.settings_get().params == {"seed": 9}
+    # Sending the same form again is refused again: only a reload shows alice's values.
+    assert _post(staff_web, loaded=loaded.group(1), seed="1").status_code == 400
+    reloaded = staff_web.get("/scheduler/").content.decode()
+    fresh = re.search(r'name="loaded" value="([^"]+)"', reloaded)
+    assert fresh is not None and fresh.group(1) != loaded.group(1)
+    assert _post(staff_web, loaded=fresh.group(1), seed="1").status_code == 302
+    assert config.settings_get().params == {"seed": 1}

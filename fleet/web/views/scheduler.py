@@ -94,6 +94,16 @@ def scheduler_page(request: HttpRequest) -> HttpResponse:
         form = SchedulerSettingsForm(request.POST or None, row=row)
     if request.method == "POST" and not json_error and form.is_valid():
         data = form.cleaned_data
+        current = row.updated_at.isoformat() if row.updated_at else ""
+        if data["loaded"] and data["loaded"] != current:
+            who = row.updated_by or "someone"
+            form.add_error(
+                None,
+                f"{who} changed the settings at {row.updated_at:%H:%M:%S} UTC after this page was "
+                "loaded. Reload the page to see their values, then make your change again.",
+            )
+    if request.method == "POST" and not json_error and form.is_valid():
+        data = form.cleaned_data
         try:
             config.settings_update(
                 user=request.user,
