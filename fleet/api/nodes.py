@@ -83,7 +83,10 @@ class NodeOutputSerializer(serializers.ModelSerializer):
     address = serializers.CharField(help_text="Where the other members of a gang reach it.")
     group = serializers.CharField(help_text="Topology group (rack, switch); empty: none.")
     resource_enforcement = serializers.CharField(
-        help_text='"cgroup-v2" when jobs are held to their CPUs and memory, else "none: why".'
+        help_text=(
+            '"cgroup-v2" when jobs are held to their CPUs and memory, else "none: why"; then '
+            '"; mps: <pipe directory>" when CUDA MPS enforces fractional shares, or "; mps: none: why".'
+        )
     )
     used = serializers.SerializerMethodField()
 
