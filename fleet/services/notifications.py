@@ -66,17 +66,17 @@ def webhook_url_check(url: str) -> str:
         raise ApplicationError(
             "The webhook URL must start with http:// or https://; "
             f"'{parts.scheme or url}' cannot receive a POST from fleet.",
-            {"webhook_url": ["Use an http:// or https:// URL."]},
+            {"fields": {"webhook_url": ["Use an http:// or https:// URL."]}},
         )
     if not parts.hostname:
         raise ApplicationError(
             "The webhook URL has no host name; write it as https://host/path.",
-            {"webhook_url": ["The URL has no host."]},
+            {"fields": {"webhook_url": ["The URL has no host."]}},
         )
     if len(url) > 500:
         raise ApplicationError(
             "The webhook URL is longer than 500 characters.",
-            {"webhook_url": ["At most 500 characters."]},
+            {"fields": {"webhook_url": ["At most 500 characters."]}},
         )
     return url
 
@@ -92,7 +92,7 @@ def settings_update(*, user: Any, data: dict[str, Any]) -> NotificationSettings:
     if data.get("email") and not user.email:
         raise ApplicationError(
             "Your account has no email address; ask an admin to add one, or use a webhook.",
-            {"email": ["No email address on your account."]},
+            {"fields": {"email": ["No email address on your account."]}},
         )
     changes: dict[str, Any] = {}
     if "webhook_url" in data:

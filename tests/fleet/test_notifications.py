@@ -132,6 +132,7 @@ def test_webhook_must_be_http(owner_api: Any, url: str) -> None:
     r = owner_api.put(URL, {"webhook_url": url}, format="json")
     assert r.status_code == 400
     assert "http://" in r.json()["message"]
+    assert list(r.json()["extra"]["fields"]) == ["webhook_url"]
     assert not NotificationSettings.objects.filter(user=owner_api.user).exists()
 
 

@@ -48,6 +48,9 @@ BUSINESS_RULES = {
     ("GET", "/api/v1/nodes/{name}/telemetry/"),
     # A period that starts before it ends, and spans at most a year.
     ("GET", "/api/v1/usage/"),
+    # A webhook URL fleet can POST to (http or https, with a host); email only with an
+    # address on the account.
+    ("PUT", "/api/v1/me/notifications/"),
 }
 
 
