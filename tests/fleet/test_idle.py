@@ -208,3 +208,20 @@ def test_job_page_shows_idle_badge_for_current_attempt_only() -> None:
     assert "idle GPUs" in web.get(f"/jobs/{job.pk}/").content.decode()
     Job.objects.filter(id=job.pk).update(attempt=2)
     assert "idle GPUs" not in web.get(f"/jobs/{job.pk}/").content.decode()
+
+
+def test_beat_tick_is_scheduled_and_flags_idle_jobs() -> None:
+    from django_celery_beat.models import PeriodicTask
+
+    from fleet.tasks import notify_tick
+
+    tick = PeriodicTask.objects.get(task="fleet.tasks.notify_tick")
+    assert (tick.enabled, tick.queue, tick.interval.every) == (True, "control", 60)
+
+    job, gpus = _job(minutes=5)
+    now = timezone.now()
+    for gpu in gpus:
+        _samples(gpu, 0.0, since=now - timedelta(minutes=6), until=now)
+    result = notify_tick()
+    assert result["idle_flagged"] == 1 and result["resent"] == 0
+    assert JobIdle.objects.filter(job=job, attempt=1).exists()
