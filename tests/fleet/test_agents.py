@@ -163,7 +163,10 @@ def test_heartbeat_replies_with_attempts_no_longer_assigned_and_confirms_lost_st
             ],
         )
     assert stops == sorted([(cancelled.pk, 1), (running.pk, 0)])
-    assert len(callbacks) == 1  # one reconcile message to the node
+    # One reconcile message to the node (the confirmed start also queues its notification).
+    assert [c.__qualname__.split(".")[0] for c in callbacks if "notify" not in c.__qualname__] == [
+        "send_to_node_on_commit"
+    ]
     confirmed = Job.objects.get(pk=assigned.pk)
     assert (confirmed.state, confirmed.pid) == ("running", 12)
 
