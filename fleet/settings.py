@@ -263,6 +263,15 @@ CELERY_TIMEZONE = TIME_ZONE
 # reserved for it meanwhile.
 FLEET_JOB_GRACE = float(env("FLEET_JOB_GRACE", "30"))
 
+# Webhooks may reach loopback, private and link-local addresses only when this is set: a
+# team account must not be able to make the control side POST into its own network.
+FLEET_WEBHOOK_ALLOW_PRIVATE = env_bool("FLEET_WEBHOOK_ALLOW_PRIVATE", False)
+# Where notification emails come from and how they leave (Django's mail backends).
+EMAIL_BACKEND = env("EMAIL_BACKEND", "django.core.mail.backends.smtp.EmailBackend")
+EMAIL_HOST = env("EMAIL_HOST", "localhost")
+EMAIL_PORT = int(env("EMAIL_PORT", "25"))
+DEFAULT_FROM_EMAIL = env("DEFAULT_FROM_EMAIL", "fleet@localhost")
+
 # Seconds the control side keeps a finished job's stored output (30 days).
 FLEET_LOG_RETENTION = float(env("FLEET_LOG_RETENTION", str(30 * 86400)))
 

@@ -11,8 +11,10 @@ try (its message was lost with Redis or a dying worker) is queued again by the p
 from __future__ import annotations
 
 import functools
+import ipaddress
 import json
 import logging
+import socket
 import urllib.error
 import urllib.request
 from datetime import datetime, timedelta
@@ -78,7 +80,44 @@ def webhook_url_check(url: str) -> str:
             "The webhook URL is longer than 500 characters.",
             {"fields": {"webhook_url": ["At most 500 characters."]}},
         )
+    try:
+        literal = ipaddress.ip_address(parts.hostname)
+    except ValueError:
+        literal = None  # a name: checked where it resolves, at each delivery
+    if literal is not None and _internal(literal):
+        raise ApplicationError(
+            f"The webhook URL points at {literal}, an address inside fleet's own network; "
+            "use a public endpoint (an admin can allow internal ones with "
+            "FLEET_WEBHOOK_ALLOW_PRIVATE=1).",
+            {"fields": {"webhook_url": ["Internal addresses are not allowed."]}},
+        )
     return url
+
+
+def _internal(address: ipaddress.IPv4Address | ipaddress.IPv6Address) -> bool:
+    """Loopback, private, link-local and other non-public addresses, unless allowed."""
+    if settings.FLEET_WEBHOOK_ALLOW_PRIVATE:
+        return False
+    if isinstance(address, ipaddress.IPv6Address) and address.ipv4_mapped is not None:
+        address = address.ipv4_mapped
+    return not address.is_global or address.is_multicast
+
+
+def _check_destination(url: str) -> None:
+    """Refuse a delivery whose host resolves to an internal address (the name may have
+    changed what it points at since it was saved)."""
+    host = urlsplit(url).hostname or ""
+    try:
+        infos = socket.getaddrinfo(host, None, proto=socket.IPPROTO_TCP)
+    except OSError as e:
+        raise DeliveryFailed(f"could not resolve {host}: {e}") from e
+    for info in infos:
+        address = ipaddress.ip_address(str(info[4][0]).split("%", 1)[0])
+        if _internal(address):
+            raise DeliveryFailed(
+                f"{host} resolves to {address}, an internal address; fleet does not post "
+                "there unless FLEET_WEBHOOK_ALLOW_PRIVATE=1"
+            )
 
 
 def settings_get(*, user: Any) -> NotificationSettings:
@@ -181,13 +220,25 @@ def _enqueue(notification_id: int) -> None:
         log.warning("could not queue notification %s; the tick will", notification_id)
 
 
+class _NoRedirects(urllib.request.HTTPRedirectHandler):
+    """A redirect is an answer, not a new destination: following it would let an endpoint
+    send fleet's request to an address the check above refused."""
+
+    def redirect_request(self, *args: Any, **kwargs: Any) -> None:
+        return None
+
+
+_OPENER = urllib.request.build_opener(_NoRedirects)
+
+
 def _post(url: str, payload: dict[str, Any]) -> None:
+    _check_destination(url)
     body = json.dumps(payload).encode()
     request = urllib.request.Request(
         url, data=body, method="POST", headers={"Content-Type": "application/json"}
     )
     try:
-        with urllib.request.urlopen(request, timeout=HTTP_TIMEOUT) as response:  # noqa: S310
+        with _OPENER.open(request, timeout=HTTP_TIMEOUT) as response:
             response.read(1024)
     except urllib.error.HTTPError as e:
         raise DeliveryFailed(f"the endpoint answered HTTP {e.code}") from e

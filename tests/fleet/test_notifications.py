@@ -28,9 +28,10 @@ URL = "/api/v1/me/notifications/"
 class Endpoint:
     """A local webhook receiver: answers `codes` in turn (then 200) and keeps each body."""
 
-    def __init__(self, codes: list[int] | None = None) -> None:
+    def __init__(self, codes: list[int] | None = None, location: str = "") -> None:
         self.codes = list(codes or [])
         self.bodies: list[dict[str, Any]] = []
+        self.gets = 0
         endpoint = self
 
         class Handler(BaseHTTPRequestHandler):
@@ -39,6 +40,13 @@ class Endpoint:
                 endpoint.bodies.append(json.loads(self.rfile.read(length)))
                 code = endpoint.codes.pop(0) if endpoint.codes else 200
                 self.send_response(code)
+                if location:
+                    self.send_header("Location", location)
+                self.end_headers()
+
+            def do_GET(self) -> None:  # what a followed 302 turns a POST into
+                endpoint.gets += 1
+                self.send_response(200)
                 self.end_headers()
 
             def log_message(self, *args: Any) -> None:
@@ -51,6 +59,13 @@ class Endpoint:
     def close(self) -> None:
         self.server.shutdown()
         self.server.server_close()
+
+
+@pytest.fixture(autouse=True)
+def local_webhooks(settings: Any) -> None:
+    """The receivers here listen on 127.0.0.1, an internal address fleet refuses by default;
+    the tests of that refusal turn it back off."""
+    settings.FLEET_WEBHOOK_ALLOW_PRIVATE = True
 
 
 @pytest.fixture
@@ -394,3 +409,59 @@ def test_page_refuses_user_in_no_team(stranger: Any) -> None:
     web.force_login(stranger)
     assert web.get("/notifications/").status_code == 403
     assert Client().get("/notifications/").status_code == 302
+
+
+# Internal addresses
+
+
+@pytest.mark.parametrize(
+    "url",
+    [
+        "http://127.0.0.1:6379/",
+        "http://169.254.169.254/latest/meta-data/",
+        "https://10.0.0.5/hook",
+        "http://[::1]/x",
+        "http://[::ffff:192.168.1.1]/x",
+    ],
+)
+def test_webhook_to_internal_address_refused(owner_api: Any, settings: Any, url: str) -> None:
+    settings.FLEET_WEBHOOK_ALLOW_PRIVATE = False
+    r = owner_api.put(URL, {"webhook_url": url}, format="json")
+    assert r.status_code == 400
+    assert "inside fleet's own network" in r.json()["message"]
+    assert list(r.json()["extra"]["fields"]) == ["webhook_url"]
+    assert not NotificationSettings.objects.filter(user=owner_api.user).exists()
+
+
+@pytest.mark.parametrize("host", ["127.0.0.1", "localhost"])
+def test_delivery_to_internal_address_refused(
+    owner: Any, endpoint: Endpoint, eager: None, now_and_after: Any, settings: Any, host: str
+) -> None:
+    """A saved name that now resolves inside the network (or a row written before the
+    check) is refused at delivery, and the receiver hears nothing."""
+    settings.FLEET_WEBHOOK_ALLOW_PRIVATE = False
+    url = endpoint.url.replace("127.0.0.1", host)
+    NotificationSettings.objects.create(user=owner, webhook_url=url)
+    job = _running_job(owner)
+    [pk] = now_and_after(notifications.notify_job_event, job_id=job.pk, attempt=1, event="failure")
+    row = Notification.objects.get(pk=pk)
+    assert row.state == "failed"
+    assert "internal address" in row.last_error
+    assert endpoint.bodies == []
+
+
+def test_redirect_not_followed(owner: Any, eager: None, now_and_after: Any) -> None:
+    """An endpoint that redirects cannot send fleet's request elsewhere."""
+    target = Endpoint()
+    redirecting = Endpoint(codes=[302] * 10, location=target.url)
+    try:
+        NotificationSettings.objects.create(user=owner, webhook_url=redirecting.url)
+        job = _running_job(owner)
+        [pk] = now_and_after(
+            notifications.notify_job_event, job_id=job.pk, attempt=1, event="failure"
+        )
+        assert (target.bodies, target.gets) == ([], 0)
+        assert "HTTP 302" in Notification.objects.get(pk=pk).last_error
+    finally:
+        redirecting.close()
+        target.close()
