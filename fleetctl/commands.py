@@ -281,16 +281,26 @@ def cmd_usage(args: argparse.Namespace) -> int:
     if args.json:
         _print_json(data)
         return 0
-    print(f"{data['since']} .. {data['until']}: {data['gpu_hours']:.2f} GPU-hours")
+    print(f"{data['since']} .. {data['until']}: {data['gpu_hours']:.2f} GPU-hours, "
+          f"{data.get('cpu_hours', 0):.2f} CPU-hours, "
+          f"{data.get('mem_gb_hours', 0):.2f} memory GB-hours")  # fmt: skip
+
+    def host(r: dict[str, Any]) -> list[str]:
+        return [f"{r.get('cpu_hours', 0):.3f}", f"{r.get('mem_gb_hours', 0):.3f}"]
+
     if args.by == "attempt":
         rows = [[str(r["job"]), r["name"][:24], r["user"], r["team"], str(r["attempt"]), r["state"],
-                 format_duration(r["seconds"]), str(r["gpus"]), f"{r['gpu_hours']:.3f}"]
+                 format_duration(r["seconds"]), str(r["gpus"]), f"{r['gpu_hours']:.3f}",
+                 str(r.get("cpus", "")), *host(r)]
                 for r in data["rows"]]  # fmt: skip
-        head = ["JOBID", "NAME", "USER", "TEAM", "ATTEMPT", "STATE", "ELAPSED", "GPUS", "GPU-H"]
+        head = ["JOBID", "NAME", "USER", "TEAM", "ATTEMPT", "STATE", "ELAPSED", "GPUS", "GPU-H",
+                "CPUS", "CPU-H", "MEM-GB-H"]  # fmt: skip
     else:
         rows = [[r["team"], *([r["user"]] if args.by == "user" else []), str(r["jobs"]),
-                 str(r["attempts"]), f"{r['gpu_hours']:.3f}"] for r in data["rows"]]  # fmt: skip
-        head = ["TEAM", *(["USER"] if args.by == "user" else []), "JOBS", "ATTEMPTS", "GPU-H"]
+                 str(r["attempts"]), f"{r['gpu_hours']:.3f}", *host(r)]
+                for r in data["rows"]]  # fmt: skip
+        head = ["TEAM", *(["USER"] if args.by == "user" else []), "JOBS", "ATTEMPTS", "GPU-H",
+                "CPU-H", "MEM-GB-H"]  # fmt: skip
     _table(rows, head)
     return 0
 

@@ -1,4 +1,5 @@
-"""/api/v1/usage/: GPU time per team, per user or per attempt over a period, as JSON or CSV.
+"""/api/v1/usage/: GPU, host CPU and memory time per team, per user or per attempt over a
+period, as JSON or CSV.
 
 Staff see every team; anyone else sees only the teams they belong to.
 """
@@ -32,7 +33,7 @@ MAX_PERIOD = timedelta(days=366)
 # sacct-like column names for the per-attempt listing.
 ATTEMPT_COLUMNS = [
     "JobID", "JobName", "User", "Account", "Attempt", "State", "Start", "End", "Elapsed",
-    "AllocGPUs", "GPUSeconds", "GPUHours",
+    "AllocGPUs", "GPUSeconds", "GPUHours", "AllocCPUS", "CPUHours", "AllocMemMB", "MemGBHours",
 ]  # fmt: skip
 
 
@@ -79,6 +80,10 @@ def _attempt_row(a: Attempt) -> dict[str, Any]:
         "gpus": a.gpus,
         "gpu_seconds": round(a.gpu_seconds, 3),
         "gpu_hours": round(a.gpu_seconds / 3600, 6),
+        "cpus": a.cpus,
+        "cpu_hours": round(a.cpu_seconds / 3600, 6),
+        "memory_mb": a.memory_mb,
+        "mem_gb_hours": round(a.mem_gb_seconds / 3600, 6),
     }
 
 
@@ -92,11 +97,15 @@ def _group_rows(usage: Usage, by: str) -> list[dict[str, Any]]:
                 "team": a.team,
                 **({"user": a.user} if by == "user" else {}),
                 "gpu_seconds": 0.0,
+                "cpu_seconds": 0.0,
+                "mem_gb_seconds": 0.0,
                 "attempts": 0,
                 "jobs": set(),
             },  # fmt: skip
         )
         row["gpu_seconds"] += a.gpu_seconds
+        row["cpu_seconds"] += a.cpu_seconds
+        row["mem_gb_seconds"] += a.mem_gb_seconds
         row["attempts"] += 1
         row["jobs"].add(a.job_id)
     rows = []
@@ -105,6 +114,8 @@ def _group_rows(usage: Usage, by: str) -> list[dict[str, Any]]:
         row["jobs"] = len(row["jobs"])
         row["gpu_hours"] = round(row["gpu_seconds"] / 3600, 6)
         row["gpu_seconds"] = round(row["gpu_seconds"], 3)
+        row["cpu_hours"] = round(row.pop("cpu_seconds") / 3600, 6)
+        row["mem_gb_hours"] = round(row.pop("mem_gb_seconds") / 3600, 6)
         rows.append(row)
     return rows
 
@@ -118,13 +129,20 @@ def _csv(rows: list[dict[str, Any]], by: str) -> str:
             writer.writerow([
                 r["job"], r["name"], r["user"], r["team"], r["attempt"], r["state"], r["start"],
                 r["end"], _elapsed(r["seconds"]), r["gpus"], r["gpu_seconds"], r["gpu_hours"],
+                r["cpus"], r["cpu_hours"], r["memory_mb"], r["mem_gb_hours"],
             ])  # fmt: skip
     else:
         head = ["Account"] + (["User"] if by == "user" else [])
-        writer.writerow(head + ["Jobs", "Attempts", "GPUSeconds", "GPUHours"])
+        writer.writerow(
+            head + ["Jobs", "Attempts", "GPUSeconds", "GPUHours", "CPUHours", "MemGBHours"]
+        )
         for r in rows:
             who = [r["team"]] + ([r["user"]] if by == "user" else [])
-            writer.writerow(who + [r["jobs"], r["attempts"], r["gpu_seconds"], r["gpu_hours"]])
+            writer.writerow(
+                who
+                + [r["jobs"], r["attempts"], r["gpu_seconds"], r["gpu_hours"]]
+                + [r["cpu_hours"], r["mem_gb_hours"]]
+            )
     return out.getvalue()
 
 
@@ -151,7 +169,7 @@ class UsageApi(APIView):
             (200, "application/json"): OpenApiTypes.OBJECT,
             (200, "text/csv"): OpenApiTypes.STR,
         },
-        summary="GPU time per team, user or attempt (every attempt counts).",
+        summary="GPU, CPU and memory time per team, user or attempt (every attempt counts).",
     )
     def get(self, request: Request) -> Response:
         params = self.FilterSerializer(data=request.query_params)
@@ -182,6 +200,8 @@ class UsageApi(APIView):
         if request.accepted_renderer.format == "csv":
             return Response({"csv": _csv(rows, by)}, content_type="text/csv; charset=utf-8")
         total = sum(a.gpu_seconds for a in usage.attempts)
+        cpu = sum(a.cpu_seconds for a in usage.attempts)
+        mem = sum(a.mem_gb_seconds for a in usage.attempts)
         return Response(
             {
                 "since": _iso(since),
@@ -189,6 +209,8 @@ class UsageApi(APIView):
                 "by": by,
                 "gpu_seconds": round(total, 3),
                 "gpu_hours": round(total / 3600, 6),
+                "cpu_hours": round(cpu / 3600, 6),
+                "mem_gb_hours": round(mem / 3600, 6),
                 "rows": rows,
             }
         )

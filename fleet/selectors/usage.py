@@ -4,7 +4,9 @@ Every attempt counts: an attempt runs from its transition to running until its t
 out of running (success, failure, timeout, cancel, requeue, preemption, loss), or until
 `now` while it still runs. A requeue or preemption therefore ends one attempt and a later
 dispatch starts another; both are counted. Whole GPUs count as themselves, a fractional job
-as its compute share of one GPU. Each interval is clipped to the period and attributed to
+as its compute share of one GPU. Host CPUs and memory count too: an attempt holds its
+`cpus` and `memory_mb` on each of its nodes (one, or gpus // gpus_per_node for a multi-node
+gang), so it uses cpus x nodes CPU-hours and memory_mb x nodes / 1024 GB-hours an hour. Each interval is clipped to the period and attributed to
 the job's owner and team.
 
 Jobs with no event history of running (rows written before events existed, or imported)
@@ -39,6 +41,8 @@ class Attempt:
     start: datetime
     end: datetime
     gpus: float
+    cpus: int = 0  # over all of the attempt's nodes
+    memory_mb: int = 0  # over all of the attempt's nodes
 
     @property
     def seconds(self) -> float:
@@ -47,6 +51,14 @@ class Attempt:
     @property
     def gpu_seconds(self) -> float:
         return self.seconds * self.gpus
+
+    @property
+    def cpu_seconds(self) -> float:
+        return self.seconds * self.cpus
+
+    @property
+    def mem_gb_seconds(self) -> float:
+        return self.seconds * self.memory_mb / 1024
 
 
 @dataclass
@@ -66,6 +78,11 @@ class Usage:
         return sum(self.by_team.values())
 
 
+def node_count(gpus: int, gpus_per_node: int) -> int:
+    """Nodes a job spans, as `Job.nodes` counts them."""
+    return gpus // gpus_per_node if gpus_per_node and gpus > gpus_per_node else 1
+
+
 def gpu_share(gpus: int, compute_percent: int | None) -> float:
     if gpus >= 1:
         return float(gpus)
@@ -79,16 +96,21 @@ class _JobInfo:
     user: str
     share: float
     state: str
+    cpus: int
+    memory_mb: int
 
 
 def _job_info(job_ids: Iterable[int]) -> dict[int, _JobInfo]:
     rows = Job.objects.filter(id__in=list(job_ids)).values_list(
-        "id", "name", "team__slug", "owner__username", "gpus", "gpu_compute_percent", "state"
-    )
-    return {
-        pk: _JobInfo(name, team, user, gpu_share(gpus, percent), state)
-        for pk, name, team, user, gpus, percent, state in rows
-    }
+        "id", "name", "team__slug", "owner__username", "gpus", "gpu_compute_percent", "state",
+        "gpus_per_node", "cpus", "memory_mb",
+    )  # fmt: skip
+    out = {}
+    for pk, name, team, user, gpus, percent, state, per_node, cpus, memory_mb in rows:
+        nodes = node_count(gpus, per_node)
+        share = gpu_share(gpus, percent)
+        out[pk] = _JobInfo(name, team, user, share, state, cpus * nodes, memory_mb * nodes)
+    return out
 
 
 def _event_attempts(
@@ -137,8 +159,18 @@ def _event_attempts(
         job = info[job_id]
         out.append(
             Attempt(
-                job_id, job.name, job.team, job.user, run_attempt, outcome, start, end, job.share
-            )
+                job_id,
+                job.name,
+                job.team,
+                job.user,
+                run_attempt,
+                outcome,
+                start,
+                end,
+                job.share,
+                job.cpus,
+                job.memory_mb,
+            )  # fmt: skip
         )
     return out
 
@@ -157,10 +189,13 @@ def _column_attempts(
         jobs = jobs.filter(team_id__in=team_ids)
     rows = jobs.values_list(
         "id", "name", "team__slug", "owner__username", "gpus", "gpu_compute_percent",
-        "started_at", "finished_at", "state", "attempt",
+        "started_at", "finished_at", "state", "attempt", "gpus_per_node", "cpus", "memory_mb",
     )  # fmt: skip
     out = []
-    for pk, name, team, user, gpus, percent, started, finished, state, attempt in rows:
+    for row in rows:
+        pk, name, team, user, gpus, percent, started, finished, state, attempt = row[:10]
+        nodes = node_count(gpus, row[10])
+        cpus, memory_mb = row[11] * nodes, row[12] * nodes
         if started is None:
             continue
         if finished is None and state not in ACTIVE_STATES:
@@ -170,7 +205,9 @@ def _column_attempts(
         if end <= start:
             continue
         share = gpu_share(gpus, percent)
-        out.append(Attempt(pk, name, team, user, attempt, state, start, end, share))
+        out.append(
+            Attempt(pk, name, team, user, attempt, state, start, end, share, cpus, memory_mb)
+        )
     return out
 
 

@@ -178,3 +178,74 @@ def test_the_usage_page_shows_the_same_numbers(history: dict[str, Any], staff_ap
     assert {t["slug"]: t["gpu_hours"] for t in page["teams"]} == pytest.approx(
         {r["team"]: r["gpu_hours"] for r in api["rows"]}, abs=1e-3
     )
+
+
+def test_host_cpu_and_memory_hours_of_a_requeued_gang(
+    owner: Any, team: Any, fleet_nodes: Any, staff_api: Any
+) -> None:
+    """A two-node gang holds its CPUs and memory on each node; a requeue ends one attempt
+    and the next counts again. Totals equal the sum over attempts, per node."""
+    from fleet.services.job_reports import job_report_apply
+    from fleet.services.job_states import Dispatch, job_dispatch_many
+
+    a, b = fleet_nodes
+    gang: Any = JobFactory(owner=owner, team=team, gpus=4, gpus_per_node=2, cpus=6,
+                           memory_mb=3072)  # fmt: skip
+    single: Any = JobFactory(owner=owner, team=team, gpus=1, cpus=2, memory_mb=1024)
+
+    def dispatch_and_run(at: datetime) -> None:
+        with time_machine.travel(at, tick=False):
+            job = Job.objects.get(pk=gang.pk)
+            members = ((b.pk, (0, 1)),)
+            job_dispatch_many(
+                dispatches=[Dispatch(job.pk, job.attempt, a.pk, (0, 1), "test", members=members)],
+                actor=SCHEDULER,
+            )
+            attempt = job.attempt + 1
+            for node in (a, b):
+                job_report_apply(node=node, job_id=job.pk, attempt=attempt, state="running", pid=9)
+        assert Job.objects.get(pk=gang.pk).state == "running"
+
+    dispatch_and_run(T0)
+    _at(T0 + 30 * M, gang, "requeue", actor=SYSTEM)
+    dispatch_and_run(T0 + H)
+    _at(T0 + 3 * H, gang, "succeed", actor=Actor.node(a.name))
+    _run(single, a, T0, T0 + H)
+    _at(T0 + 2 * H, single, "fail", actor=Actor.node(a.name))
+
+    usage = gpu_hours(since=T0 - H, until=T0 + 24 * H, now=NOW)
+    by_job = {(u.job_id, u.attempt): u for u in usage.attempts}
+    assert {(k, u.cpus, u.memory_mb) for k, u in by_job.items()} == {
+        ((gang.pk, 1), 12, 6144),
+        ((gang.pk, 2), 12, 6144),
+        ((single.pk, 1), 2, 1024),
+    }
+    # gang: 2 nodes x 6 CPUs x (0.5 + 2) h; single: 2 CPUs x 1 h.
+    cpu_hours = 2 * 6 * 2.5 + 2 * 1
+    mem_gb_hours = 2 * 3 * 2.5 + 1 * 1
+    params = {"since": (T0 - H).isoformat(), "until": (T0 + 24 * H).isoformat()}
+    with time_machine.travel(NOW, tick=False):
+        body = staff_api.get("/api/v1/usage/", params).json()
+        per_attempt = staff_api.get("/api/v1/usage/", {**params, "by": "attempt"}).json()
+        text = staff_api.get("/api/v1/usage/", {**params, "by": "attempt", "format": "csv"})
+        by_user = staff_api.get("/api/v1/usage/", {**params, "by": "user", "format": "csv"})
+    assert body["cpu_hours"] == pytest.approx(cpu_hours, abs=1e-5)
+    assert body["mem_gb_hours"] == pytest.approx(mem_gb_hours, abs=1e-5)
+    assert body["gpu_hours"] == pytest.approx(4 * 2.5 + 1, abs=1e-5)
+    assert sum(r["cpu_hours"] for r in per_attempt["rows"]) == pytest.approx(cpu_hours, abs=1e-5)
+    assert [r["cpu_hours"] for r in body["rows"]] == pytest.approx([cpu_hours], abs=1e-5)
+    rows = list(csv.DictReader(io.StringIO(text.content.decode())))
+    assert sorted((r["AllocCPUS"], r["AllocMemMB"], r["CPUHours"]) for r in rows) == [
+        ("12", "6144", "24.0"), ("12", "6144", "6.0"), ("2", "1024", "2.0"),
+    ]  # fmt: skip
+    assert sum(float(r["MemGBHours"]) for r in rows) == pytest.approx(mem_gb_hours)
+    (user_row,) = csv.DictReader(io.StringIO(by_user.content.decode()))
+    assert float(user_row["CPUHours"]) == pytest.approx(cpu_hours)
+    assert float(user_row["MemGBHours"]) == pytest.approx(mem_gb_hours)
+    from fleet.web.views.usage import usage_data
+
+    page = usage_data("24h", T0 - H, T0 + 24 * H, NOW)
+    assert page["cpu_total"] == pytest.approx(cpu_hours, abs=1e-3)
+    assert page["mem_gb_total"] == pytest.approx(mem_gb_hours, abs=1e-3)
+    assert {t["slug"]: t["cpu_hours"] for t in page["teams"]}[team.slug] == pytest.approx(cpu_hours)
+    assert [(u["user"], u["mem_gb_hours"]) for u in page["users"]] == [("owner", mem_gb_hours)]

@@ -1,5 +1,5 @@
-"""Teams and usage: GPU-hours per team and per user over a chosen period, and each team's
-guaranteed, allocated and used GPUs."""
+"""Teams and usage: GPU-hours, CPU-hours and memory GB-hours per team and per user over a
+chosen period, and each team's guaranteed, allocated and used GPUs."""
 
 from __future__ import annotations
 
@@ -30,12 +30,30 @@ def period_bounds(request: HttpRequest, now: datetime) -> tuple[str, datetime, d
 def usage_data(period: str, since: datetime, until: datetime, now: datetime) -> dict[str, Any]:
     usage = gpu_hours(since=since, until=until, now=now)
     teams = team_allocation()
+    host: dict[tuple[str, ...], list[float]] = {}
+    for a in usage.attempts:
+        for key in ((a.team,), (a.team, a.user)):
+            seconds = host.setdefault(key, [0.0, 0.0])
+            seconds[0] += a.cpu_seconds
+            seconds[1] += a.mem_gb_seconds
     for team in teams:
+        cpu, mem = host.get((team["slug"],), [0.0, 0.0])
+        team["cpu_hours"] = round(cpu / 3600, 3)
+        team["mem_gb_hours"] = round(mem / 3600, 3)
         team["gpu_hours"] = round(usage.by_team.get(team["slug"], 0.0), 3)
         # Average GPUs in use over the period.
         team["used"] = round(usage.by_team.get(team["slug"], 0.0) / usage.hours, 2)
     users = sorted(usage.by_user.items(), key=lambda item: -item[1])[:TOP_USERS]
-    user_rows = [{"team": t, "user": u, "gpu_hours": round(h, 3)} for (t, u), h in users]
+    user_rows = [
+        {
+            "team": t,
+            "user": u,
+            "gpu_hours": round(h, 3),
+            "cpu_hours": round(host.get((t, u), [0.0, 0.0])[0] / 3600, 3),
+            "mem_gb_hours": round(host.get((t, u), [0.0, 0.0])[1] / 3600, 3),
+        }
+        for (t, u), h in users
+    ]
     slugs = [t["slug"] for t in teams]
     bar = {"type": "bar"}
     figures = {
@@ -76,6 +94,8 @@ def usage_data(period: str, since: datetime, until: datetime, now: datetime) -> 
         "teams": teams,
         "users": user_rows,
         "total": round(usage.total, 3),
+        "cpu_total": round(sum(a.cpu_seconds for a in usage.attempts) / 3600, 3),
+        "mem_gb_total": round(sum(a.mem_gb_seconds for a in usage.attempts) / 3600, 3),
     }
 
 
