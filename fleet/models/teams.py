@@ -29,6 +29,16 @@ class Team(models.Model):
     user_gpu_cap = models.PositiveIntegerField(
         null=True, blank=True, help_text="GPUs one member may use at once. Empty: no cap."
     )
+    cpu_limit = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="Hard limit on host CPU cores the team's running jobs hold. Empty: no limit.",
+    )
+    memory_mb_limit = models.PositiveIntegerField(
+        null=True,
+        blank=True,
+        help_text="Hard limit on host memory (MB) the team's running jobs hold. Empty: no limit.",
+    )
     default_time_limit = models.PositiveIntegerField(default=4 * 3600, help_text="Seconds.")
     max_time_limit = models.PositiveIntegerField(default=7 * DAY, help_text="Seconds.")
     cpus_per_gpu = models.PositiveIntegerField(
@@ -69,6 +79,14 @@ class Team(models.Model):
                 condition=Q(default_time_limit__gt=0)
                 & Q(default_time_limit__lte=F("max_time_limit")),
                 name="team_default_time_limit_within_max",
+            ),
+            models.CheckConstraint(
+                condition=Q(cpu_limit__isnull=True) | Q(cpu_limit__gt=0),
+                name="team_cpu_limit_positive",
+            ),
+            models.CheckConstraint(
+                condition=Q(memory_mb_limit__isnull=True) | Q(memory_mb_limit__gt=0),
+                name="team_memory_mb_limit_positive",
             ),
         ]
 

@@ -17,6 +17,7 @@ from typing import Any
 
 from scheduler.core._capacity_index import host_request, node_count, per_node_gpus
 from scheduler.core.model import FULL_COMPUTE, NodeState, TeamState
+from scheduler.core.quota import host_share
 
 
 class FleetProfile:
@@ -214,4 +215,17 @@ def _limit_error(job: Any, team: TeamState | None) -> str | None:
         return f"needs {shown} GPUs; team {team.slug}'s hard limit is {team.hard_limit_gpus}"
     if team.user_gpu_cap is not None and need > team.user_gpu_cap:
         return f"needs {shown} GPUs; the per-user cap in team {team.slug} is {team.user_gpu_cap}"
+    if team.hard_limit_cpus is None and team.hard_limit_memory_mb is None:
+        return None
+    cpus, memory = host_share(job)
+    if team.hard_limit_cpus is not None and cpus > team.hard_limit_cpus:
+        return (
+            f"needs {cpus} CPUs over all its nodes; team {team.slug}'s limit is "
+            f"{team.hard_limit_cpus} CPUs"
+        )
+    if team.hard_limit_memory_mb is not None and memory > team.hard_limit_memory_mb:
+        return (
+            f"needs {memory} MB of host memory over all its nodes; team {team.slug}'s limit "
+            f"is {team.hard_limit_memory_mb} MB"
+        )
     return None

@@ -182,6 +182,10 @@ class TeamState:
     fairshare_weight: float = 1.0
     # Decayed GPU-seconds used (half-life applied by whoever builds the snapshot).
     decayed_usage: float = 0.0
+    # Host CPU cores and memory (MB) the team's jobs may hold, summed over every node of
+    # every job; None: no limit.
+    hard_limit_cpus: int | None = None
+    hard_limit_memory_mb: int | None = None
 
 
 @dataclass(frozen=True, slots=True)

@@ -4,6 +4,10 @@ A team is guaranteed `guaranteed_gpus` (what preemption wins back for it) and ma
 idle capacity above that up to `hard_limit_gpus` (None: the whole fleet). Each user of a
 team may hold at most `user_gpu_cap` (None: no cap). Fractions count by their compute
 share, so four 25 % jobs weigh one GPU.
+
+Teams may also have hard limits on host CPU cores (`hard_limit_cpus`) and memory
+(`hard_limit_memory_mb`); a job holds its per-node `cpus` and `memory_mb` on each of its
+nodes, so a gang of 4 nodes asking 16 CPUs holds 64.
 """
 
 from __future__ import annotations
@@ -14,6 +18,17 @@ from typing import Any
 from scheduler.core.model import RunningJob, Snapshot, TeamState
 
 _EPS = 1e-9
+
+
+def host_share(job: Any) -> tuple[int, int]:
+    """(CPU cores, memory MB) the job holds over all its nodes; (0, 0) cheaply when none."""
+    cpus = getattr(job, "cpus", 0) or 0
+    memory = getattr(job, "memory_mb", 0) or 0
+    if not cpus and not memory:
+        return 0, 0
+    members = getattr(job, "members", None)
+    nodes = 1 + len(members) if members is not None else job.nodes
+    return cpus * nodes, memory * nodes
 
 
 def _fmt(value: float) -> str:
@@ -27,6 +42,8 @@ class QuotaLedger:
         self.teams = teams
         self.team_usage: dict[str, float] = {}
         self.user_usage: dict[tuple[str, str], float] = {}
+        self.cpu_usage: dict[str, int] = {}
+        self.memory_usage: dict[str, int] = {}
         for job in running:
             self.take(job)
 
@@ -49,12 +66,30 @@ class QuotaLedger:
         self.team_usage[job.team] = self.team_usage.get(job.team, 0.0) + amount
         key = (job.team, job.user)
         self.user_usage[key] = self.user_usage.get(key, 0.0) + amount
+        cpus, memory = host_share(job)
+        if cpus:
+            self.cpu_usage[job.team] = self.cpu_usage.get(job.team, 0) + cpus
+        if memory:
+            self.memory_usage[job.team] = self.memory_usage.get(job.team, 0) + memory
 
     def release(self, job: Any) -> None:
         amount = job.gpu_equivalent
         self.team_usage[job.team] = max(0.0, self.team_usage.get(job.team, 0.0) - amount)
         key = (job.team, job.user)
         self.user_usage[key] = max(0.0, self.user_usage.get(key, 0.0) - amount)
+        cpus, memory = host_share(job)
+        if cpus:
+            self.cpu_usage[job.team] = max(0, self.cpu_usage.get(job.team, 0) - cpus)
+        if memory:
+            self.memory_usage[job.team] = max(0, self.memory_usage.get(job.team, 0) - memory)
+
+    def cpus(self, team: str) -> int:
+        """Host CPU cores the team's running and placed jobs hold, over all their nodes."""
+        return self.cpu_usage.get(team, 0)
+
+    def memory_mb(self, team: str) -> int:
+        """Host memory (MB) the team's running and placed jobs hold, over all their nodes."""
+        return self.memory_usage.get(team, 0)
 
     def check(self, job: Any) -> str | None:
         """Why the job may not start under its team's hard limit or user cap, or None."""
@@ -75,6 +110,23 @@ class QuotaLedger:
                 return (
                     f"user {job.user} uses {_fmt(used)} of the per-user cap of "
                     f"{team.user_gpu_cap} GPUs in team {job.team}; this job needs {_fmt(need)}"
+                )
+        if team.hard_limit_cpus is None and team.hard_limit_memory_mb is None:
+            return None
+        cpus, memory = host_share(job)
+        if cpus and team.hard_limit_cpus is not None:
+            total = self.cpus(job.team) + cpus
+            if total > team.hard_limit_cpus:
+                return (
+                    f"team {job.team} would use {total} of its {team.hard_limit_cpus} CPUs; "
+                    f"this job needs {cpus}"
+                )
+        if memory and team.hard_limit_memory_mb is not None:
+            total = self.memory_mb(job.team) + memory
+            if total > team.hard_limit_memory_mb:
+                return (
+                    f"team {job.team} would use {total} of its {team.hard_limit_memory_mb} MB "
+                    f"of host memory; this job needs {memory} MB"
                 )
         return None
 

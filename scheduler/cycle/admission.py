@@ -126,6 +126,8 @@ def team_state(team: Team) -> TeamState:
         user_gpu_cap=team.user_gpu_cap,
         priority_weight=team.priority_weight,
         fairshare_weight=team.fairshare_weight,
+        hard_limit_cpus=team.cpu_limit,
+        hard_limit_memory_mb=team.memory_mb_limit,
     )
 
 

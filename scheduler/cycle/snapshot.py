@@ -289,7 +289,7 @@ def build_snapshot(*, now: datetime | None = None, save_usage: bool = True) -> D
     teams = {
         t[0]: t for t in Team.objects.values_list(
             "id", "slug", "guaranteed_gpus", "gpu_limit", "user_gpu_cap", "priority_weight",
-            "fairshare_weight",
+            "fairshare_weight", "cpu_limit", "memory_mb_limit",
         )
     }  # fmt: skip
     owner_ids = {r[2] for r in active} | {r[2] for r in pending}
@@ -401,8 +401,10 @@ def build_snapshot(*, now: datetime | None = None, save_usage: bool = True) -> D
             priority_weight=pw,
             fairshare_weight=fw,
             decayed_usage=usage.get(team_id, 0.0),
+            hard_limit_cpus=cpu_limit,
+            hard_limit_memory_mb=memory_limit,
         )
-        for team_id, slug, guaranteed, limit, cap, pw, fw in teams.values()
+        for team_id, slug, guaranteed, limit, cap, pw, fw, cpu_limit, memory_limit in teams.values()
     }
     snap.core = Snapshot(
         now=t_now,
