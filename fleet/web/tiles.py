@@ -23,10 +23,24 @@ def _short(text: str, limit: int = 18) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
+def idle_for(seconds: float) -> str:
+    """How long, in whole minutes, hours or days: "5 min", "2 h 5 min", "3 d 4 h"."""
+    minutes = int(seconds // 60)
+    if minutes < 60:
+        return f"{minutes} min"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 24:
+        return f"{hours} h {minutes} min" if minutes else f"{hours} h"
+    days, hours = divmod(hours, 24)
+    return f"{days} d {hours} h" if hours else f"{days} d"
+
+
 def tile_html(tile: Tile, job_prefix: str) -> str:
     classes = ["tile", tile.util_class]
     if tile.jobs:
         classes.append("held")
+    if tile.idle:
+        classes.append("job-idle")
     if tile.stale:
         classes.append("stale")
     util = "–" if tile.util is None else f"{tile.util}%"
@@ -52,7 +66,14 @@ def tile_html(tile: Tile, job_prefix: str) -> str:
         parts.append(
             f'<div class="t-job"><a href="{job_prefix}{job.pk}/">#{job.pk} '
             f"{escape(_short(job.name))}</a> "
-            f'<span class="owner">{escape(job.owner.username)}</span></div>'
+            f'<span class="owner">{escape(job.owner.username)}</span>'
+            + (
+                f' <span class="badge idle" title="GPUs idle for '
+                f'{idle_for(tile.idle[job.pk])}">idle {idle_for(tile.idle[job.pk])}</span>'
+                if job.pk in tile.idle
+                else ""
+            )
+            + "</div>"
         )
     if not tile.jobs:
         parts.append('<div class="t-job idle">idle</div>')

@@ -1,6 +1,7 @@
 """The fleet page: every node with its GPUs as tiles, its host CPUs and memory (used of
 what its agent offers) and its topology group, the fleet's GPU totals, and the free GPUs of
-each group (a multi-node job fits where one group has enough)."""
+each group (a multi-node job fits where one group has enough). A job whose current attempt
+was marked idle shows an "idle" badge on its tiles, with the time since its GPUs went idle."""
 
 from __future__ import annotations
 
@@ -9,7 +10,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from django.core.paginator import Paginator
-from django.db.models import Count, F, Prefetch, Q
+from django.db.models import Count, F, OuterRef, Prefetch, Q, Subquery
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.template.loader import render_to_string
@@ -18,6 +19,7 @@ from django.utils.safestring import SafeString
 
 from fleet.models import Gpu, Job, JobMember, Node, NodeState
 from fleet.models.jobs import ACTIVE_STATES
+from fleet.models.notifications import JobIdle
 from fleet.selectors.nodes import node_list
 from fleet.web import live, sources
 from fleet.web.access import member_required
@@ -42,6 +44,8 @@ class Tile:
     temperature: int | None = None
     power: int | None = None
     stale: bool = False
+    # job id -> seconds since its GPUs went idle, for held jobs whose attempt is marked idle
+    idle: dict[int, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -70,12 +74,15 @@ Share = tuple[int, list[int], Job]  # (node id, GPU indices, job): one member's 
 def active_shares(nodes: list[Node] | None = None) -> list[Share]:
     """What each assigned or running job holds, node by node: one share per member of the
     current attempt of a multi-node job, else the job's own node and GPUs. Two queries.
-    `nodes`: only the jobs with a share on one of them (the shares on other nodes too)."""
+    `nodes`: only the jobs with a share on one of them (the shares on other nodes too).
+    Each job carries `idle_at` and `idle_minutes` from the idle mark of its current attempt
+    (None when unmarked), read in the same query."""
     active = Job.objects.filter(state__in=ACTIVE_STATES)
     if nodes is not None:
         active = active.filter(
             Q(node__in=nodes) | Q(members__node__in=nodes, members__attempt=F("attempt"))
         ).distinct()
+    mark = JobIdle.objects.filter(job=OuterRef("pk"), attempt=OuterRef("attempt"))
     jobs = (
         active.select_related("owner")
         .only(
@@ -95,6 +102,10 @@ def active_shares(nodes: list[Node] | None = None) -> list[Share]:
                     "id", "job_id", "attempt", "rank", "node_id", "gpu_indices"
                 ),
             )
+        )
+        .annotate(
+            idle_at=Subquery(mark.values("detected_at")[:1]),
+            idle_minutes=Subquery(mark.values("minutes")[:1]),
         )
     )
     shares: list[Share] = []
@@ -174,7 +185,13 @@ def build_rows(
     shares = active_shares(nodes) if shares is None else shares
     holders = gpu_holders(shares)
     host_used: dict[int, list[int]] = {}
+    idle: dict[int, float] = {}
     for node_id, _indices, job in shares:
+        idle_at = getattr(job, "idle_at", None)
+        if idle_at is not None:
+            # The mark is written at the end of the idle window: the GPUs went idle then.
+            went_idle = idle_at.timestamp() - 60 * (getattr(job, "idle_minutes", 0) or 0)
+            idle[job.pk] = max(0.0, now - went_idle)
         used = host_used.setdefault(node_id, [0, 0])
         used[0] += job.cpus or 0
         used[1] += job.memory_mb or 0
@@ -186,6 +203,7 @@ def build_rows(
         for gpu in node.gpus.all():
             tile = Tile(gpu.index, gpu.model, gpu.memory_mb, holders.get((node.pk, gpu.index), []))
             row.busy += bool(tile.jobs)
+            tile.idle = {job.pk: idle[job.pk] for job in tile.jobs if job.pk in idle}
             sample = samples.get((node.pk, gpu.index)) if samples else None
             if sample:
                 _fill(tile, sample, now)
