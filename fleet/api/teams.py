@@ -1,4 +1,5 @@
-"""/api/v1/teams/: quotas and weights (staff edit them)."""
+"""/api/v1/teams/: quotas and weights (staff edit them); per-GPU host defaults and idle-GPU
+settings (the team's admins edit them too)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from fleet.errors import NotAllowed
 from fleet.models import Team
 from fleet.selectors.teams import team_get, team_list
 from fleet.services.access import admin_team_ids
-from fleet.services.teams import TEAM_ADMIN_FIELDS, team_update
+from fleet.services.teams import IDLE_ACTIONS, TEAM_ADMIN_FIELDS, team_update
 
 # Weights scale a team's priority and fair share: positive (team_update checks), finite, and
 # within a range where the scheduler's arithmetic stays meaningful.
@@ -35,7 +36,8 @@ class TeamOutputSerializer(serializers.ModelSerializer):
         fields = [
             "slug", "name", "priority_weight", "fairshare_weight", "guaranteed_gpus",
             "gpu_limit", "user_gpu_cap", "default_time_limit", "max_time_limit",
-            "cpus_per_gpu", "memory_mb_per_gpu",
+            "cpus_per_gpu", "memory_mb_per_gpu", "cpu_limit", "memory_mb_limit",
+            "idle_util_percent", "idle_minutes", "idle_action",
         ]  # fmt: skip
 
 
@@ -85,6 +87,43 @@ class TeamDetailApi(APIView):
             help_text="MB of host memory a job gets per GPU on each node when it does not ask; "
             "0: none. At most what the largest node offers.",
         )
+        cpu_limit = serializers.IntegerField(
+            required=False,
+            min_value=1,
+            max_value=INT_MAX,
+            allow_null=True,
+            help_text="Host CPU cores the team's running jobs may hold, over all their nodes; "
+            "null: no limit.",
+        )
+        memory_mb_limit = serializers.IntegerField(
+            required=False,
+            min_value=1,
+            max_value=INT_MAX,
+            allow_null=True,
+            help_text="MB of host memory the team's running jobs may hold, over all their "
+            "nodes; null: no limit.",
+        )
+        idle_util_percent = serializers.FloatField(
+            required=False,
+            min_value=0,
+            max_value=100,
+            help_text="A job's GPUs under this utilization (%) count as idle.",
+        )
+        idle_minutes = serializers.IntegerField(
+            required=False,
+            min_value=0,
+            max_value=INT_MAX,
+            help_text="Minutes of idle GPUs before a job is flagged; 0: off.",
+        )
+        idle_action = serializers.ChoiceField(
+            required=False,
+            choices=IDLE_ACTIONS,
+            error_messages={
+                "invalid_choice": 'idle_action must be "warn" (flag and notify) or "stop" '
+                '(also cancel the job), not "{input}".'
+            },
+            help_text="warn: flag and notify; stop: also cancel the job.",
+        )
 
     @extend_schema(responses=TeamOutputSerializer)
     def get(self, request: Request, slug: str) -> Response:
@@ -103,8 +142,8 @@ class TeamDetailApi(APIView):
             )
             if beyond:
                 raise NotAllowed(
-                    f"A team admin may change {' and '.join(TEAM_ADMIN_FIELDS)}; only staff may "
-                    f"change {', '.join(beyond)} (quotas and weights)."
+                    f"A team admin may change {', '.join(TEAM_ADMIN_FIELDS)}; only staff may "
+                    f"change {', '.join(beyond)} (quotas, limits and weights)."
                 )
         serializer = self.InputSerializer(data=request.data, partial=True)
         serializer.is_valid(raise_exception=True)

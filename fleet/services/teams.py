@@ -23,10 +23,22 @@ TEAM_FIELDS = (
     "max_time_limit",
     "cpus_per_gpu",
     "memory_mb_per_gpu",
+    "cpu_limit",
+    "memory_mb_limit",
+    "idle_util_percent",
+    "idle_minutes",
+    "idle_action",
 )
 # What a team's admins may change themselves (staff change everything): the host CPUs and
-# memory its jobs get per GPU when they do not ask.
-TEAM_ADMIN_FIELDS = ("cpus_per_gpu", "memory_mb_per_gpu")
+# memory its jobs get per GPU when they do not ask, and when its idle GPUs are flagged.
+TEAM_ADMIN_FIELDS = (
+    "cpus_per_gpu",
+    "memory_mb_per_gpu",
+    "idle_util_percent",
+    "idle_minutes",
+    "idle_action",
+)
+IDLE_ACTIONS = ("warn", "stop")
 
 
 def team_get_or_create(*, slug: str, name: str | None = None) -> Team:
@@ -57,6 +69,21 @@ def team_update(*, team: Team, data: dict[str, Any]) -> Team:
         errors["default_time_limit"] = [
             f"default_time_limit ({team.default_time_limit} s) cannot exceed max_time_limit "
             f"({team.max_time_limit} s)."
+        ]
+    for key in ("cpu_limit", "memory_mb_limit"):
+        value = getattr(team, key)
+        if value is not None and value <= 0:
+            errors[key] = [f"{key} must be greater than 0, or empty for no limit."]
+    if not 0 <= team.idle_util_percent <= 100:
+        errors["idle_util_percent"] = [
+            f"idle_util_percent ({team.idle_util_percent:g}) must be between 0 and 100."
+        ]
+    if team.idle_minutes < 0:
+        errors["idle_minutes"] = ["idle_minutes must be 0 (off) or more."]
+    if team.idle_action not in IDLE_ACTIONS:
+        errors["idle_action"] = [
+            f"idle_action must be warn (flag and notify) or stop (also cancel the job), "
+            f"not {team.idle_action!r}."
         ]
     errors.update(_host_default_errors(team, data))
     if errors:

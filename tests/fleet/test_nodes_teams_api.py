@@ -213,3 +213,73 @@ def test_node_list_queries_do_not_grow_with_jobs(
     with django_assert_max_num_queries(len(few.captured_queries)):
         nodes = outsider_api.get("/api/v1/nodes/").json()
     assert [n["used"]["cpus"] for n in nodes] == [4, 4]
+
+
+def test_team_admin_edits_idle_settings_staff_edit_host_limits(
+    owner_api: Any, team_admin_api: Any, staff_api: Any, outsider_api: Any, team: Any
+) -> None:
+    shown = owner_api.get("/api/v1/teams/vision/").json()
+    assert (shown["idle_util_percent"], shown["idle_minutes"], shown["idle_action"]) == (
+        5.0,
+        60,
+        "warn",
+    )
+    assert (shown["cpu_limit"], shown["memory_mb_limit"]) == (None, None)
+    idle = {"idle_util_percent": 12.5, "idle_minutes": 0, "idle_action": "stop"}
+    body = team_admin_api.patch("/api/v1/teams/vision/", idle, format="json")
+    assert body.status_code == 200, body.json()
+    team.refresh_from_db()
+    assert (team.idle_util_percent, team.idle_minutes, team.idle_action) == (12.5, 0, "stop")
+    refused = team_admin_api.patch("/api/v1/teams/vision/", {"cpu_limit": 64}, format="json")
+    assert refused.status_code == 403 and "cpu_limit" in refused.json()["message"]
+    for api in (owner_api, outsider_api):
+        response = api.patch("/api/v1/teams/vision/", {"idle_minutes": 5}, format="json")
+        assert response.status_code in (403, 404)
+    limits = {"cpu_limit": 64, "memory_mb_limit": 256_000}
+    body = staff_api.patch("/api/v1/teams/vision/", limits, format="json")
+    assert body.status_code == 200, body.json()
+    assert (body.json()["cpu_limit"], body.json()["memory_mb_limit"]) == (64, 256_000)
+    team.refresh_from_db()
+    assert (team.cpu_limit, team.memory_mb_limit, team.idle_minutes) == (64, 256_000, 0)
+    cleared = staff_api.patch("/api/v1/teams/vision/", {"cpu_limit": None}, format="json")
+    assert cleared.json()["cpu_limit"] is None
+
+
+@pytest.mark.parametrize(
+    ("patch", "field", "needle"),
+    [
+        ({"idle_util_percent": 101}, "idle_util_percent", "less than or equal to 100"),
+        ({"idle_util_percent": -1}, "idle_util_percent", "greater than or equal to 0"),
+        ({"idle_util_percent": "NaN"}, "idle_util_percent", "valid number"),
+        ({"idle_minutes": -5}, "idle_minutes", "greater than or equal to 0"),
+        ({"idle_action": "kill"}, "idle_action", 'must be "warn"'),
+        ({"cpu_limit": 0}, "cpu_limit", "greater than or equal to 1"),
+        ({"memory_mb_limit": -1}, "memory_mb_limit", "greater than or equal to 1"),
+        ({"cpu_limit": "many"}, "cpu_limit", "valid integer"),
+    ],
+)
+def test_idle_and_host_limit_rejections(
+    staff_api: Any, team: Any, patch: dict[str, Any], field: str, needle: str
+) -> None:
+    response = staff_api.patch("/api/v1/teams/vision/", patch, format="json")
+    assert response.status_code == 400, response.json()
+    assert field in response.json()["extra"]["fields"]
+    assert needle in response.json()["message"], response.json()
+    team.refresh_from_db()
+    assert (team.idle_util_percent, team.idle_minutes, team.idle_action) == (5.0, 60, "warn")
+    assert (team.cpu_limit, team.memory_mb_limit) == (None, None)
+
+
+def test_team_update_checks_idle_and_limits_without_the_api(team: Any) -> None:
+    from fleet.errors import ApplicationError
+    from fleet.services.teams import team_update
+
+    for data, needle in (
+        ({"idle_util_percent": 150.0}, "between 0 and 100"),
+        ({"idle_action": "pause"}, "warn (flag and notify) or stop"),
+        ({"cpu_limit": 0}, "greater than 0"),
+    ):
+        with pytest.raises(ApplicationError, match=needle.replace("(", r"\(").replace(")", r"\)")):
+            team_update(team=team, data=data)
+        team.refresh_from_db()
+    assert (team.idle_util_percent, team.idle_action, team.cpu_limit) == (5.0, "warn", None)
