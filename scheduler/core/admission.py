@@ -215,13 +215,18 @@ def _limit_error(job: Any, team: TeamState | None) -> str | None:
         return f"needs {shown} GPUs; team {team.slug}'s hard limit is {team.hard_limit_gpus}"
     if team.user_gpu_cap is not None and need > team.user_gpu_cap:
         return f"needs {shown} GPUs; the per-user cap in team {team.slug} is {team.user_gpu_cap}"
+    return host_limit_error(job, team)
+
+
+def host_limit_error(job: Any, team: TeamState) -> str | None:
+    """Why the whole job (every node's CPUs and memory) is above its team's host limits."""
     if team.hard_limit_cpus is None and team.hard_limit_memory_mb is None:
         return None
     cpus, memory = host_share(job)
     if team.hard_limit_cpus is not None and cpus > team.hard_limit_cpus:
         return (
-            f"needs {cpus} CPUs over all its nodes; team {team.slug}'s limit is "
-            f"{team.hard_limit_cpus} CPUs"
+            f"needs {cpus} CPU cores over all its nodes; team {team.slug}'s limit is "
+            f"{team.hard_limit_cpus} CPU cores"
         )
     if team.hard_limit_memory_mb is not None and memory > team.hard_limit_memory_mb:
         return (

@@ -17,7 +17,7 @@ from typing import Any
 
 from fleet.errors import ApplicationError
 from fleet.models import Gpu, Node, Team
-from scheduler.core.admission import admission_error
+from scheduler.core.admission import admission_error, host_limit_error
 from scheduler.core.model import GpuState, NodeState, PendingJob, TeamState
 
 # Which request field a refusal is about, by how the pure message starts.
@@ -190,6 +190,8 @@ def admit(values: dict[str, Any], team: Team, user: str) -> dict[str, Any]:
     # The GPU checks on one node's share; the whole job's team limits are checked on submit.
     member = replace(job, gpus=job.gpus_on_each_node, gpus_per_node=0) if job.nodes > 1 else job
     error = admission_error(member, nodes, None if job.nodes > 1 else team_state(team))
+    if error is None and job.nodes > 1:
+        error = host_limit_error(job, team_state(team))
     if error is not None:
         field = _field_for(error, job)
         raise ApplicationError(error, {"fields": {field: [error]}})

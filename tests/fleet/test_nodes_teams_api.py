@@ -283,3 +283,38 @@ def test_team_update_checks_idle_and_limits_without_the_api(team: Any) -> None:
             team_update(team=team, data=data)
         team.refresh_from_db()
     assert (team.idle_util_percent, team.idle_action, team.cpu_limit) == (5.0, "warn", None)
+
+
+def test_submit_above_the_teams_cpu_or_memory_limit_is_refused(owner_api: Any, team: Any) -> None:
+    from tests.factories import GpuFactory
+
+    for i in range(2):
+        node = Node.objects.create(
+            name=f"big-{i}", cpus=128, memory_mb=512_000, address=f"10.2.0.{i}"
+        )
+        for index in range(4):
+            GpuFactory(node=node, index=index)
+    team.cpu_limit, team.memory_mb_limit = 64, 200_000
+    team.save(update_fields=["cpu_limit", "memory_mb_limit"])
+    gang = {"name": "train", "command": "torchrun train.py", "nodes": 2, "gpus_per_node": 4}
+    refused = owner_api.post("/api/v1/jobs/", {**gang, "cpus": 40}, format="json")
+    assert refused.status_code == 400, refused.json()
+    assert (
+        "needs 80 CPU cores over all its nodes; team vision's limit is 64 CPU cores"
+        in (refused.json()["message"])
+    )
+    heavy = owner_api.post("/api/v1/jobs/", {**gang, "memory_mb": 150_000}, format="json")
+    assert heavy.status_code == 400
+    assert "team vision's limit is 200000 MB" in heavy.json()["message"]
+    assert list(refused.json()["extra"]["fields"]) == ["cpus"]
+    assert list(heavy.json()["extra"]["fields"]) == ["memory_mb"]
+    # One node alone: the team limit is checked there too.
+    single = owner_api.post(
+        "/api/v1/jobs/",
+        {"name": "one", "command": "python t.py", "gpus": 4, "cpus": 65},
+        format="json",
+    )
+    assert single.status_code == 400 and "limit is 64 CPU cores" in single.json()["message"]
+    assert not Job.objects.exists()
+    ok = owner_api.post("/api/v1/jobs/", {**gang, "cpus": 32}, format="json")
+    assert ok.status_code == 201, ok.json()

@@ -76,7 +76,7 @@ def test_admission_refuses_a_job_above_its_teams_cpu_or_memory_limit():
     limits = team("vision", hard_limit_cpus=64, hard_limit_memory_mb=200_000)
     gang = job(1, 16, team="vision", gpus_per_node=8, cpus=40)
     assert admission_error(gang, nodes, limits) == (
-        "needs 80 CPUs over all its nodes; team vision's limit is 64 CPUs"
+        "needs 80 CPU cores over all its nodes; team vision's limit is 64 CPU cores"
     )
     assert admission_error(job(2, 8, team="vision", cpus=64), nodes, limits) is None
     heavy = job(3, 16, team="vision", gpus_per_node=8, memory_mb=150_000)
