@@ -43,6 +43,32 @@ class Qos(models.TextChoices):
     HIGH = "high", "high"
 
 
+class JobArray(models.Model):
+    """A Slurm-style job array: one submit that made `task_count` jobs, each a normal Job row
+    with `array` and its own `array_index` (docs/arrays.md)."""
+
+    owner = models.ForeignKey(
+        settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="job_arrays"
+    )
+    team = models.ForeignKey(Team, on_delete=models.PROTECT, related_name="job_arrays")
+    name = models.CharField(max_length=200)
+    # The indices as the user wrote them ("0-99:2", "1,3,5-7", "16").
+    spec = models.CharField(max_length=1000)
+    task_count = models.PositiveIntegerField()
+    submitted_at = models.DateTimeField(auto_now_add=True)
+
+    class Meta:
+        ordering = ["-id"]
+        constraints = [
+            models.CheckConstraint(
+                condition=Q(task_count__gt=0), name="job_array_task_count_positive"
+            ),
+        ]
+
+    def __str__(self) -> str:
+        return f"array {self.pk} ({self.name})"
+
+
 class Job(models.Model):
     owner = models.ForeignKey(
         settings.AUTH_USER_MODEL, on_delete=models.PROTECT, related_name="jobs"
@@ -103,6 +129,17 @@ class Job(models.Model):
     queue_position = models.PositiveIntegerField(null=True, blank=True)
     eta = models.DateTimeField(null=True, blank=True)
 
+    # A task of a job array: the array and this task's index in it (both set, or neither).
+    array = models.ForeignKey(
+        JobArray,
+        null=True,
+        blank=True,
+        on_delete=models.PROTECT,
+        related_name="tasks",
+        editable=False,
+    )
+    array_index = models.PositiveIntegerField(null=True, blank=True, editable=False)
+
     class Meta:
         ordering = ["-id"]
         indexes = [
@@ -146,6 +183,12 @@ class Job(models.Model):
                 ),
                 name="job_gpus_multiple_of_gpus_per_node",
             ),
+            models.CheckConstraint(
+                condition=Q(array__isnull=True, array_index__isnull=True)
+                | Q(array__isnull=False, array_index__isnull=False),
+                name="job_array_and_index_together",
+            ),
+            models.UniqueConstraint(fields=["array", "array_index"], name="job_array_index_unique"),
         ]
 
     # Set on the instance that the state machine returns: what the job was just before the
@@ -157,6 +200,13 @@ class Job(models.Model):
 
     def __str__(self) -> str:
         return f"job {self.pk} ({self.name})"
+
+    @property
+    def array_label(self) -> str:
+        """`array_id[index]` for a task of an array, else the job id."""
+        if self.array_id is None:
+            return str(self.pk)
+        return f"{self.array_id}[{self.array_index}]"
 
     @property
     def is_fractional(self) -> bool:

@@ -88,6 +88,10 @@ class Team(models.Model):
                 condition=Q(memory_mb_limit__isnull=True) | Q(memory_mb_limit__gt=0),
                 name="team_memory_mb_limit_positive",
             ),
+            models.CheckConstraint(
+                condition=Q(idle_util_percent__gte=0, idle_util_percent__lte=100),
+                name="team_idle_util_percent_range",
+            ),
         ]
 
     def __str__(self) -> str:
