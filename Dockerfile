@@ -4,7 +4,8 @@ COPY pyproject.toml README.md ./
 COPY fleet fleet
 COPY scheduler scheduler
 COPY workers workers
-RUN pip install --no-cache-dir . gunicorn
+COPY fleetctl fleetctl
+RUN pip install --no-cache-dir .
 COPY manage.py ./
 COPY templates templates
 COPY static static

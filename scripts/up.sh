@@ -179,7 +179,12 @@ PY
 }
 
 echo "starting fleet:"
-start web $BIN/python manage.py runserver "$BIND:$FLEET_PORT" --noreload
+# gunicorn serves the web and REST API with several workers (threads for the pages' live
+# polls); WhiteNoise serves the static files from var/staticfiles.
+$BIN/python manage.py collectstatic --noinput -v0
+start web $BIN/gunicorn fleet.wsgi --bind "$BIND:$FLEET_PORT" \
+  --workers "${FLEET_WEB_WORKERS:-3}" --threads "${FLEET_WEB_THREADS:-4}" \
+  --graceful-timeout 5 --timeout 60 --access-logfile "$VAR/log/web-access.log"
 start control $BIN/celery -A fleet worker -Q control -n "control@%h" --concurrency 2 --loglevel INFO
 start beat $BIN/celery -A fleet beat --loglevel INFO -s "$VAR/celerybeat-schedule"
 if [ -f scripts/agents.sh ]; then

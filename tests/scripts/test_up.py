@@ -1,5 +1,5 @@
-"""scripts/up.sh (`make up`) end to end: it says "fleet is up" only once /readyz answers and
-every agent it started has registered, and Ctrl-C stops every process it started, the
+"""scripts/up.sh (`make up`) end to end: it serves with gunicorn and WhiteNoise, says "fleet is
+up" only once /readyz answers and every agent it started has registered, and Ctrl-C stops every process it started, the
 processes of running jobs included (they live in sessions of their own, under shims)."""
 
 from __future__ import annotations
@@ -109,6 +109,10 @@ def test_ready_only_when_agents_registered_and_ctrl_c_stops_jobs(stack: Any) -> 
     # When it says so, readiness and every agent it started are there already.
     with urllib.request.urlopen(base + "/readyz", timeout=10) as response:
         assert response.status == 200
+        # Served by gunicorn, not Django's development server.
+        assert response.headers["Server"].startswith("gunicorn"), response.headers["Server"]
+    with urllib.request.urlopen(base + "/static/js/fleet.js", timeout=10) as response:
+        assert response.status == 200 and response.read()  # static files through WhiteNoise
     nodes = {n["name"]: n for n in _call(base, "/api/v1/nodes/", token)}
     started = [ln.split()[0].removeprefix("agent-") for ln in text.splitlines()
                if ln.strip().startswith("agent-")]  # fmt: skip
