@@ -279,6 +279,9 @@ FLEET_LOG_RETENTION = float(env("FLEET_LOG_RETENTION", str(30 * 86400)))
 FLEET_MAX_COMMAND_BYTES = int(env("FLEET_MAX_COMMAND_BYTES", "16384"))
 FLEET_MAX_ENV_BYTES = int(env("FLEET_MAX_ENV_BYTES", "32768"))
 FLEET_MAX_ENV_VARS = int(env("FLEET_MAX_ENV_VARS", "128"))
+# Tasks of one job array, and job specs of one bulk submit (docs/arrays.md).
+FLEET_MAX_ARRAY_SIZE = int(env("FLEET_MAX_ARRAY_SIZE", "10000"))
+FLEET_MAX_BULK_JOBS = int(env("FLEET_MAX_BULK_JOBS", "10000"))
 
 LOGGING = {
     "version": 1,

@@ -7,7 +7,7 @@ from typing import Any
 import django_filters
 from django.db.models import QuerySet
 from drf_spectacular.types import OpenApiTypes
-from drf_spectacular.utils import extend_schema, extend_schema_field
+from drf_spectacular.utils import PolymorphicProxySerializer, extend_schema, extend_schema_field
 from rest_framework import serializers, status
 from rest_framework.exceptions import ValidationError
 from rest_framework.generics import GenericAPIView
@@ -24,7 +24,8 @@ from fleet.api.serializers import (
     check_query_params,
 )
 from fleet.models import Job, JobEvent, JobMember, JobState
-from fleet.models.jobs import PRIORITY_MAX, PRIORITY_MIN, QUEUED_STATES, Qos
+from fleet.models.jobs import PRIORITY_MAX, PRIORITY_MIN, QUEUED_STATES, JobArray, Qos
+from fleet.selectors.checkpoints import attempt_resumed
 from fleet.selectors.jobs import (
     job_events,
     job_get,
@@ -33,6 +34,7 @@ from fleet.selectors.jobs import (
     job_reason_shown,
     job_state_reason,
 )
+from fleet.services import job_arrays
 from fleet.services import jobs as job_services
 from fleet.services.access import can_manage_job, can_see_command
 
@@ -60,6 +62,10 @@ class JobOutputSerializer(serializers.ModelSerializer):
     workdir = serializers.SerializerMethodField()
     can_manage = serializers.SerializerMethodField()
     nodes = serializers.IntegerField(read_only=True, help_text="Nodes the job spans.")
+    resumed = serializers.SerializerMethodField(
+        help_text="Whether the current attempt resumed from a checkpoint (true), started "
+        "fresh (false), or null: not started, or its node keeps no checkpoints."
+    )
     members = serializers.SerializerMethodField(
         help_text="The current attempt's share of each node, rank 0 first (empty while the "
         "job waits)."
@@ -74,6 +80,8 @@ class JobOutputSerializer(serializers.ModelSerializer):
             "max_requeues", "node", "gpu_indices", "exit_code", "submitted_at", "assigned_at",
             "started_at", "finished_at", "queue_position", "eta", "command", "env", "workdir",
             "can_manage", "gpus_per_node", "nodes", "cpus", "memory_mb", "same_group", "members",
+            "resumed",
+            "array_id", "array_index",
         ]  # fmt: skip
 
     def _user(self) -> Any:
@@ -109,6 +117,12 @@ class JobOutputSerializer(serializers.ModelSerializer):
     def get_can_manage(self, job: Job) -> bool:
         return can_manage_job(self._user(), job)
 
+    @extend_schema_field(serializers.BooleanField(allow_null=True))
+    def get_resumed(self, job: Job) -> bool | None:
+        if not job.attempt or job.state in QUEUED_STATES:
+            return None
+        return attempt_resumed(job_id=job.pk, attempt=job.attempt)
+
     @extend_schema_field(JobMemberSerializer(many=True))
     def get_members(self, job: Job) -> list[dict[str, Any]]:
         if job.state in QUEUED_STATES:
@@ -129,10 +143,13 @@ class JobFilter(django_filters.FilterSet):
     team = django_filters.CharFilter(field_name="team__slug")
     owner = django_filters.CharFilter(field_name="owner__username")
     mine = FlagFilter(method="filter_mine", help_text="Only your own jobs.")
+    array = django_filters.NumberFilter(
+        field_name="array_id", help_text="Only the tasks of this job array."
+    )
 
     class Meta:
         model = Job
-        fields = ["state", "team", "owner", "mine"]
+        fields = ["state", "team", "owner", "mine", "array"]
 
     def filter_mine(self, queryset: QuerySet[Job], name: str, value: str) -> QuerySet[Job]:
         word = value.strip().lower()
@@ -141,7 +158,111 @@ class JobFilter(django_filters.FilterSet):
         return queryset.filter(owner=self.request.user) if word in TRUE_WORDS else queryset
 
 
-LIST_PARAMS = ("state", "team", "owner", "mine", "ordering", "page", "page_size")
+LIST_PARAMS = ("state", "team", "owner", "mine", "array", "ordering", "page", "page_size")
+
+
+@extend_schema_field({"oneOf": [{"type": "integer", "minimum": 1}, {"type": "string"}]})
+class ArraySpecField(serializers.Field):
+    """A job array's indices: a count N (0..N-1) or "0-99", "0-99:4", "1,3,5-7"; the
+    service checks the spec itself (fleet.services.job_arrays.array_indices)."""
+
+    def to_internal_value(self, data: Any) -> Any:
+        if isinstance(data, bool) or not isinstance(data, int | str):
+            raise ValidationError(
+                'Give a count such as 16, or indices as a string such as "0-99", "0-99:4" '
+                'or "1,3,5-7".'
+            )
+        return data
+
+    def to_representation(self, value: Any) -> Any:
+        return value
+
+
+class ArraySubmittedSerializer(serializers.Serializer):
+    array_id = serializers.IntegerField()
+    name = serializers.CharField()
+    array = serializers.CharField(help_text="The indices as submitted.")
+    task_count = serializers.IntegerField()
+    job_ids = serializers.ListField(
+        child=serializers.IntegerField(), help_text="The tasks' job ids, in index order."
+    )
+    indices = serializers.ListField(
+        child=serializers.IntegerField(), help_text="The tasks' indices, ascending."
+    )
+
+    class Meta:
+        ref_name = "ArraySubmitted"
+
+
+def array_submitted(job_array: JobArray, tasks: list[Job]) -> dict[str, Any]:
+    """What a submit of an array answers (ArraySubmittedSerializer)."""
+    return {
+        "array_id": job_array.pk,
+        "name": job_array.name,
+        "array": job_array.spec,
+        "task_count": job_array.task_count,
+        "job_ids": [t.pk for t in tasks],
+        "indices": [t.array_index for t in tasks],
+    }
+
+
+class JobRequestInput(StrictSerializer):
+    class Meta:
+        ref_name = "JobRequest"
+
+    name = StrictCharField(max_length=200)
+    command = StrictCharField(trim_whitespace=False)
+    team = StrictCharField(
+        required=False, max_length=50, help_text="Team slug; default: your default team."
+    )
+    env = serializers.DictField(
+        child=StrictCharField(allow_blank=True, trim_whitespace=False),
+        required=False,
+        help_text="Environment variables: names to string values.",
+    )
+    workdir = StrictCharField(required=False, allow_blank=True, max_length=1000)
+    gpus = serializers.IntegerField(required=False, min_value=0, max_value=1024)
+    gpu_memory_mb = serializers.IntegerField(required=False, min_value=1, max_value=INT_MAX)
+    gpu_compute_percent = serializers.IntegerField(required=False, min_value=1, max_value=100)
+    gpu_model = StrictCharField(required=False, allow_blank=True, max_length=100)
+    min_gpu_memory_mb = serializers.IntegerField(required=False, min_value=1, max_value=INT_MAX)
+    time_limit = serializers.IntegerField(
+        required=False, min_value=1, max_value=INT_MAX, help_text="Seconds."
+    )
+    priority = serializers.IntegerField(
+        required=False, min_value=PRIORITY_MIN, max_value=PRIORITY_MAX
+    )
+    qos = serializers.ChoiceField(choices=Qos.choices, required=False)
+    preemptible = serializers.BooleanField(required=False)
+    max_requeues = serializers.IntegerField(required=False, min_value=0, max_value=100)
+    gpus_per_node = serializers.IntegerField(
+        required=False,
+        min_value=0,
+        max_value=1024,
+        help_text="Spread the job over nodes with this many GPUs on each; 0 or absent: "
+        "every GPU on one node.",
+    )
+    nodes = serializers.IntegerField(
+        required=False,
+        min_value=1,
+        max_value=1024,
+        help_text="Nodes to spread over (with gpus_per_node; instead of gpus).",
+    )
+    cpus = serializers.IntegerField(
+        required=False,
+        min_value=0,
+        max_value=job_services.MAX_CPUS,
+        help_text="Host CPU cores on each node; default: the team's cores per GPU.",
+    )
+    memory_mb = serializers.IntegerField(
+        required=False,
+        min_value=0,
+        max_value=job_services.MAX_MEMORY_MB,
+        help_text="Host memory (MB) on each node; default: the team's memory per GPU.",
+    )
+    same_group = serializers.BooleanField(
+        required=False, help_text="Put every node of the job in one topology group."
+    )
 
 
 class JobListApi(GenericAPIView):
@@ -150,62 +271,14 @@ class JobListApi(GenericAPIView):
     ordering = ["-id"]
     serializer_class = JobOutputSerializer
 
-    class InputSerializer(StrictSerializer):
+    class InputSerializer(JobRequestInput):
         class Meta:
             ref_name = "JobSubmitInput"
 
-        name = StrictCharField(max_length=200)
-        command = StrictCharField(trim_whitespace=False)
-        team = StrictCharField(
-            required=False, max_length=50, help_text="Team slug; default: your default team."
-        )
-        env = serializers.DictField(
-            child=StrictCharField(allow_blank=True, trim_whitespace=False),
+        array = ArraySpecField(
             required=False,
-            help_text="Environment variables: names to string values.",
-        )
-        workdir = StrictCharField(required=False, allow_blank=True, max_length=1000)
-        gpus = serializers.IntegerField(required=False, min_value=0, max_value=1024)
-        gpu_memory_mb = serializers.IntegerField(required=False, min_value=1, max_value=INT_MAX)
-        gpu_compute_percent = serializers.IntegerField(required=False, min_value=1, max_value=100)
-        gpu_model = StrictCharField(required=False, allow_blank=True, max_length=100)
-        min_gpu_memory_mb = serializers.IntegerField(required=False, min_value=1, max_value=INT_MAX)
-        time_limit = serializers.IntegerField(
-            required=False, min_value=1, max_value=INT_MAX, help_text="Seconds."
-        )
-        priority = serializers.IntegerField(
-            required=False, min_value=PRIORITY_MIN, max_value=PRIORITY_MAX
-        )
-        qos = serializers.ChoiceField(choices=Qos.choices, required=False)
-        preemptible = serializers.BooleanField(required=False)
-        max_requeues = serializers.IntegerField(required=False, min_value=0, max_value=100)
-        gpus_per_node = serializers.IntegerField(
-            required=False,
-            min_value=0,
-            max_value=1024,
-            help_text="Spread the job over nodes with this many GPUs on each; 0 or absent: "
-            "every GPU on one node.",
-        )
-        nodes = serializers.IntegerField(
-            required=False,
-            min_value=1,
-            max_value=1024,
-            help_text="Nodes to spread over (with gpus_per_node; instead of gpus).",
-        )
-        cpus = serializers.IntegerField(
-            required=False,
-            min_value=0,
-            max_value=job_services.MAX_CPUS,
-            help_text="Host CPU cores on each node; default: the team's cores per GPU.",
-        )
-        memory_mb = serializers.IntegerField(
-            required=False,
-            min_value=0,
-            max_value=job_services.MAX_MEMORY_MB,
-            help_text="Host memory (MB) on each node; default: the team's memory per GPU.",
-        )
-        same_group = serializers.BooleanField(
-            required=False, help_text="Put every node of the job in one topology group."
+            help_text="Submit a job array: a count N (tasks 0..N-1), or indices such as "
+            '"0-99", "0-99:4" or "1,3,5-7". Each task is a job with its own index.',
         )
 
     def get_queryset(self) -> QuerySet[Job]:
@@ -219,13 +292,27 @@ class JobListApi(GenericAPIView):
         data = JobOutputSerializer(page, many=True, context={"request": request}).data
         return self.get_paginated_response(data)
 
-    @extend_schema(request=InputSerializer, responses={201: JobOutputSerializer})
+    @extend_schema(
+        request=InputSerializer,
+        responses={201: PolymorphicProxySerializer(
+            component_name="JobSubmitted",
+            serializers=[JobOutputSerializer, ArraySubmittedSerializer],
+            resource_type_field_name=None,
+        )},
+        description="One job; with `array`, one job per index (the response is the array).",
+    )  # fmt: skip
     def post(self, request: Request) -> Response:
         serializer = self.InputSerializer(data=request.data)
         serializer.is_valid(raise_exception=True)
-        job = job_services.job_submit(
-            user=request.user, request=job_services.JobRequest(**serializer.validated_data)
-        )
+        values = dict(serializer.validated_data)
+        if "array" in values:
+            spec = values.pop("array")
+            job_array, tasks = job_arrays.job_array_submit(
+                user=request.user, request=job_services.JobRequest(**values), array=spec
+            )
+            data = array_submitted(job_array, tasks)
+            return Response(data, status=status.HTTP_201_CREATED)
+        job = job_services.job_submit(user=request.user, request=job_services.JobRequest(**values))
         data = JobOutputSerializer(job, context={"request": request}).data
         return Response(data, status=status.HTTP_201_CREATED)
 

@@ -2,13 +2,16 @@ from django.contrib.auth.decorators import login_required
 from django.urls import path
 from drf_spectacular.views import SpectacularAPIView, SpectacularSwaggerView
 
-from fleet.api import jobs, logs, me, nodes, notifications, teams, telemetry, usage
+from fleet.api import arrays, jobs, logs, me, nodes, notifications, teams, telemetry, usage
 from scheduler.api import estimate, queue
 from scheduler.api import settings as scheduler_settings
 
 urlpatterns = [
     path("jobs/", jobs.JobListApi.as_view(), name="job-list"),
     path("jobs/estimate/", estimate.JobEstimateApi.as_view(), name="job-estimate"),
+    path("jobs/bulk/", arrays.JobBulkApi.as_view(), name="job-bulk"),
+    path("arrays/<int:array_id>/", arrays.ArrayDetailApi.as_view(), name="array-detail"),
+    path("arrays/<int:array_id>/cancel/", arrays.ArrayCancelApi.as_view(), name="array-cancel"),
     path("jobs/<int:job_id>/", jobs.JobDetailApi.as_view(), name="job-detail"),
     path("jobs/<int:job_id>/cancel/", jobs.JobCancelApi.as_view(), name="job-cancel"),
     path("jobs/<int:job_id>/hold/", jobs.JobHoldApi.as_view(), name="job-hold"),

@@ -180,7 +180,17 @@ def start_spec(
             "master_port": port,
             "hosts": hosts,
         },
+        # A task of a job array: the agent sets FLEET_ARRAY_JOB_ID, FLEET_ARRAY_INDEX and
+        # FLEET_ARRAY_TASK_COUNT from it.
+        "array": array_start(job),
     }
+
+
+def array_start(job: Job) -> dict[str, int] | None:
+    """What a task of a job array tells its agent (FLEET_ARRAY_*); None for other jobs."""
+    if job.array is None or job.array_index is None:
+        return None
+    return {"job_id": job.array.pk, "index": job.array_index, "count": job.array.task_count}
 
 
 def send_start_on_commit(job: Job, *, only_waiting: bool = False) -> None:

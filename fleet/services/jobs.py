@@ -18,6 +18,7 @@ from fleet.services.access import can_manage_job
 from fleet.services.job_states import Actor, job_transition
 from fleet.services.members import attempt_has_members, members_stop_on_commit
 from fleet.services.releases import gpu_release_hold
+from scheduler.core.model import NodeState
 from scheduler.cycle.admission import admit
 
 ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -61,8 +62,15 @@ def _field_error(field: str, message: str) -> ApplicationError:
     return ApplicationError(message, {"fields": {field: [message]}})
 
 
-def _resolve_team(user: Any, slug: str | None) -> Team:
-    memberships = Membership.objects.filter(user=user).select_related("team")
+def user_memberships(user: Any) -> list[Membership]:
+    """The user's memberships with their teams: read once per request (bulk submits resolve
+    every job's team from them)."""
+    return list(Membership.objects.filter(user=user).select_related("team"))
+
+
+def _resolve_team(user: Any, slug: str | None, memberships: list[Membership] | None) -> Team:
+    if memberships is None:
+        memberships = user_memberships(user)
     if slug:
         for m in memberships:
             if m.team.slug == slug:
@@ -247,12 +255,20 @@ def _host_request(req: JobRequest, team: Team, *, gpus: int, per_node: int) -> t
     return min(cpus, MAX_CPUS), min(memory_mb, MAX_MEMORY_MB)
 
 
-def job_validate(*, user: Any, request: JobRequest) -> tuple[Team, dict[str, Any]]:
+def job_validate(
+    *,
+    user: Any,
+    request: JobRequest,
+    memberships: list[Membership] | None = None,
+    nodes: tuple[NodeState, ...] | None = None,
+) -> tuple[Team, dict[str, Any]]:
     """The team and the job's field values, or ApplicationError saying what to fix.
-    Refuses what no node could ever run (scheduler admission). Writes nothing."""
-    team = _resolve_team(user, request.team)
+    Refuses what no node could ever run (scheduler admission). Writes nothing. A request
+    that validates many jobs passes the user's `memberships` and the fleet's `nodes`
+    (scheduler.cycle.admission.fleet_nodes), read once; by default they are read now."""
+    team = _resolve_team(user, request.team, memberships)
     values = _validate_request(request, team)
-    return team, admit(values, team, user.get_username())
+    return team, admit(values, team, user.get_username(), nodes)
 
 
 def job_submit(*, user: Any, request: JobRequest) -> Job:

@@ -169,10 +169,14 @@ def _field_for(message: str, job: PendingJob) -> str:
     return "gpus"
 
 
-def admit(values: dict[str, Any], team: Team, user: str) -> dict[str, Any]:
+def admit(
+    values: dict[str, Any], team: Team, user: str, nodes: tuple[NodeState, ...] | None = None
+) -> dict[str, Any]:
     """The values with the GPU model spelled as the fleet spells it; ApplicationError (400,
-    naming the field) for a job that could never start."""
-    nodes = fleet_nodes()
+    naming the field) for a job that could never start. `nodes`: the fleet as `fleet_nodes`
+    read it (a request that checks many jobs reads it once); default: read now."""
+    if nodes is None:
+        nodes = fleet_nodes()
     if not nodes:
         return values
     if values.get("gpu_model"):

@@ -96,6 +96,31 @@ class Rendezvous:
         return cls(rank, nnodes, gpus_per_node, world_size, master_addr, master_port, hosts)
 
 
+MAX_ARRAY_TASKS = 1 << 24
+
+
+@dataclass(frozen=True, slots=True)
+class ArrayTask:
+    """The job as one task of a job array: the array's id, this task's index and how many
+    tasks the array has (FLEET_ARRAY_JOB_ID, FLEET_ARRAY_INDEX, FLEET_ARRAY_TASK_COUNT)."""
+
+    job_id: int
+    index: int
+    count: int
+
+    @classmethod
+    def parse(cls, raw: Any) -> ArrayTask:
+        """Check every field of the start message's `array`; ExecutorError names the first
+        that is wrong."""
+        what = "the array"
+        if not isinstance(raw, Mapping):
+            raise ExecutorError(f"{what} is {type(raw).__name__}, not an object")
+        job_id = _whole(raw, "job_id", 1, (1 << 63) - 1, what)
+        count = _whole(raw, "count", 1, MAX_ARRAY_TASKS, what)
+        index = _whole(raw, "index", 0, (1 << 31) - 1, what)
+        return cls(job_id, index, count)
+
+
 @dataclass(frozen=True, slots=True)
 class JobSpec:
     """One attempt of one job.
@@ -129,6 +154,7 @@ class JobSpec:
     cpus: int = 0
     memory_mb: int = 0
     rendezvous: Rendezvous | None = None
+    array: ArrayTask | None = None
 
     @property
     def key(self) -> JobKey:
@@ -159,6 +185,8 @@ class JobSpec:
         rendezvous = raw.get("rendezvous")
         if rendezvous is not None:
             raw["rendezvous"] = Rendezvous(**{**rendezvous, "hosts": tuple(rendezvous["hosts"])})
+        if raw.get("array") is not None:
+            raw["array"] = ArrayTask(**raw["array"])
         return cls(**raw)
 
 
@@ -191,6 +219,8 @@ def spec_from_start(
     memory_mb = _whole(spec, "memory_mb", 0, 1 << 40, what) if "memory_mb" in spec else 0
     raw_rendezvous = spec.get("rendezvous")
     rendezvous = None if raw_rendezvous is None else Rendezvous.parse(raw_rendezvous)
+    raw_array = spec.get("array")
+    array = None if raw_array is None else ArrayTask.parse(raw_array)
     job = JobSpec(
         job_id=job_id,
         attempt=int(attempt),
@@ -208,6 +238,7 @@ def spec_from_start(
         cpus=cpus,
         memory_mb=memory_mb,
         rendezvous=rendezvous,
+        array=array,
     )
     if (
         rendezvous is not None
@@ -248,6 +279,7 @@ ACCOUNT_VARIABLES = ("HOME", "USER", "LOGNAME", "SHELL")
 # Fleet's own names for the rendezvous: a job's own values for them are always dropped.
 # MASTER_ADDR and the other torch names are fleet's only when the start has a rendezvous.
 RENDEZVOUS_VARIABLES = ("FLEET_NNODES", "FLEET_NODE_RANK", "FLEET_NODELIST")
+ARRAY_VARIABLES = ("FLEET_ARRAY_JOB_ID", "FLEET_ARRAY_INDEX", "FLEET_ARRAY_TASK_COUNT")
 
 
 def _allowed(name: str, allow: Sequence[str]) -> bool:
@@ -286,7 +318,8 @@ def job_environment(
     MASTER_PORT, WORLD_SIZE (GPUs of the whole job), NODE_RANK, LOCAL_WORLD_SIZE (GPUs of
     this member), and FLEET_NNODES, FLEET_NODE_RANK, FLEET_NODELIST (the members' hosts in
     rank order, comma-separated). FLEET_CPUS and FLEET_MEMORY_MB say what the job asked
-    for, when it did.
+    for, when it did. A task of a job array gets FLEET_ARRAY_JOB_ID, FLEET_ARRAY_INDEX and
+    FLEET_ARRAY_TASK_COUNT (like Slurm's SLURM_ARRAY_*).
 
     CUDA_VISIBLE_DEVICES lists the assigned NVML indices, and CUDA_DEVICE_ORDER=PCI_BUS_ID
     makes CUDA number GPUs the way NVML and nvidia-smi do (CUDA's default order is
@@ -311,7 +344,7 @@ def job_environment(
         }
     )
     for name in ("FLEET_GPU_MEMORY_MB", "FLEET_GPU_COMPUTE_PERCENT", "FLEET_CPUS",
-                 "FLEET_MEMORY_MB", *RENDEZVOUS_VARIABLES):  # fmt: skip
+                 "FLEET_MEMORY_MB", *RENDEZVOUS_VARIABLES, *ARRAY_VARIABLES):  # fmt: skip
         env.pop(name, None)
     rdv = spec.rendezvous
     if rdv is not None:
@@ -327,6 +360,10 @@ def job_environment(
                 "FLEET_NODELIST": ",".join(rdv.hosts),
             }
         )
+    if spec.array is not None:
+        env["FLEET_ARRAY_JOB_ID"] = str(spec.array.job_id)
+        env["FLEET_ARRAY_INDEX"] = str(spec.array.index)
+        env["FLEET_ARRAY_TASK_COUNT"] = str(spec.array.count)
     if spec.cpus:
         env["FLEET_CPUS"] = str(spec.cpus)
     if spec.memory_mb:

@@ -1,0 +1,284 @@
+"""Job arrays and bulk submits over REST (docs/arrays.md)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from django.core.cache import cache
+from django.db import IntegrityError, connection, transaction
+from django.test.utils import CaptureQueriesContext
+
+from fleet.models import Job, JobEvent, JobState
+from fleet.models.jobs import JobArray
+from fleet.services import messaging
+from fleet.services.dispatch import start_spec
+
+pytestmark = pytest.mark.django_db
+
+SUBMIT = "/api/v1/jobs/"
+BULK = "/api/v1/jobs/bulk/"
+
+
+def _array(api: Any, array: Any, **overrides: Any) -> Any:
+    body = {"name": "sweep", "command": "python sweep.py", "gpus": 1, "array": array, **overrides}
+    return api.post(SUBMIT, body, format="json")
+
+
+def _job(**overrides: Any) -> dict[str, Any]:
+    return {"name": "train", "command": "python train.py", "gpus": 1, **overrides}
+
+
+@pytest.mark.parametrize(
+    ("array", "indices"),
+    [
+        ("0-9", list(range(10))),
+        (4, [0, 1, 2, 3]),
+        ("0-15:4", [0, 4, 8, 12]),
+        ("1,3,5-7", [1, 3, 5, 6, 7]),
+        (" 7 ", [7]),
+        ("10-12,2", [2, 10, 11, 12]),
+    ],
+)
+def test_an_array_is_one_pending_job_per_index(
+    owner_api: Any, fleet_nodes: Any, array: Any, indices: list[int]
+) -> None:
+    response = _array(owner_api, array, env={"LR": "0.1"})
+    assert response.status_code == 201, response.json()
+    body = response.json()
+    assert body["indices"] == indices and body["task_count"] == len(indices)
+    jobs = list(Job.objects.filter(array_id=body["array_id"]).order_by("array_index"))
+    assert [j.array_index for j in jobs] == indices
+    assert [j.pk for j in jobs] == body["job_ids"]
+    assert {(j.state, j.name, j.command, j.gpus) for j in jobs} == {
+        (JobState.PENDING, "sweep", "python sweep.py", 1)
+    }
+    assert all(j.env == {"LR": "0.1"} for j in jobs)
+    events = JobEvent.objects.filter(job_id__in=body["job_ids"], to_state="pending")
+    assert events.count() == len(indices)
+    one = owner_api.get(f"{SUBMIT}{jobs[-1].pk}/").json()
+    assert (one["array_id"], one["array_index"]) == (body["array_id"], indices[-1])
+
+
+@pytest.mark.parametrize(
+    ("array", "needle"),
+    [
+        ("5-2", "ends before it starts; write 2-5 instead"),
+        ("a-b", "'a-b' is not an index or a range"),
+        ("1,3,3-7", "names index 3 more than once"),
+        ("-3", "is negative; indices start at 0"),
+        ("0--3", "is negative"),
+        ("0-9:0", "step of '0-9:0' must be 1 or more"),
+        ("", "array is empty"),
+        (0, "asks for no tasks"),
+        (-4, "asks for no tasks"),
+        (True, "Give a count such as 16"),
+        ([1, 2], "Give a count such as 16"),
+        ("0-99%10", "does not limit how many tasks of an array run at once"),
+        ("0-10000", "The array has 10001 tasks; at most 10000 are allowed"),
+        (20000, "The array has 20000 tasks; at most 10000"),
+        ("0-4294967296", "indices go up to 2147483647"),
+    ],
+)
+def test_bad_array_specs_are_refused_on_the_array_field_with_what_to_write(
+    owner_api: Any, fleet_nodes: Any, array: Any, needle: str
+) -> None:
+    response = _array(owner_api, array)
+    assert response.status_code == 400, response.json()
+    body = response.json()
+    assert needle in body["message"], body
+    assert "array" in body["extra"]["fields"]
+    assert not Job.objects.exists() and not JobArray.objects.exists()
+
+
+def test_the_array_cap_is_a_setting(owner_api: Any, fleet_nodes: Any, settings: Any) -> None:
+    settings.FLEET_MAX_ARRAY_SIZE = 5
+    assert _array(owner_api, 5).status_code == 201
+    refused = _array(owner_api, "0-5")
+    assert refused.status_code == 400
+    assert "at most 5 are allowed in one array" in refused.json()["message"]
+
+
+def test_an_array_of_a_job_no_node_can_run_is_refused_whole(
+    owner_api: Any, fleet_nodes: Any
+) -> None:
+    response = _array(owner_api, "0-99", gpus=8)
+    assert response.status_code == 400
+    assert response.json()["extra"]["fields"]["gpus"]
+    assert not Job.objects.exists() and not JobArray.objects.exists()
+
+
+def test_list_filters_by_array(owner_api: Any, fleet_nodes: Any) -> None:
+    first = _array(owner_api, 3).json()
+    _array(owner_api, 2)
+    owner_api.post(SUBMIT, _job(), format="json")
+    listed = owner_api.get(f"{SUBMIT}?array={first['array_id']}").json()
+    assert sorted(j["id"] for j in listed["results"]) == sorted(first["job_ids"])
+    assert owner_api.get(f"{SUBMIT}?array=nope").status_code == 400
+
+
+def test_array_detail_counts_states(owner_api: Any, outsider_api: Any, fleet_nodes: Any) -> None:
+    body = _array(owner_api, 4).json()
+    Job.objects.filter(id=body["job_ids"][0]).update(state="running")
+    seen = outsider_api.get(f"/api/v1/arrays/{body['array_id']}/").json()
+    assert seen["task_count"] == 4 and seen["states"] == {"pending": 3, "running": 1}
+    assert seen["owner"] == "owner" and seen["array"] == "4"
+    assert owner_api.get("/api/v1/arrays/424242/").status_code == 404
+
+
+@pytest.mark.parametrize("who", ["owner_api", "team_admin_api", "staff_api"])
+def test_cancel_of_an_array_cancels_every_task_not_ended(
+    request: Any,
+    owner_api: Any,
+    fleet_nodes: Any,
+    sent: Any,
+    django_capture_on_commit_callbacks: Any,
+    who: str,
+) -> None:
+    body = _array(owner_api, 4).json()
+    done, running, *_ = body["job_ids"]
+    Job.objects.filter(id=done).update(state="succeeded")
+    Job.objects.filter(id=running).update(
+        state="running", attempt=1, node=fleet_nodes[0], gpu_indices=[2]
+    )
+    with django_capture_on_commit_callbacks(execute=True):
+        response = request.getfixturevalue(who).post(
+            f"/api/v1/arrays/{body['array_id']}/cancel/", {"reason": "bad sweep"}, format="json"
+        )
+    assert response.status_code == 200, response.json()
+    assert response.json()["cancelled"] == 3
+    assert response.json()["states"] == {"cancelled": 3, "succeeded": 1}
+    states = dict(Job.objects.filter(array_id=body["array_id"]).values_list("id", "state"))
+    assert states.pop(done) == "succeeded" and set(states.values()) == {"cancelled"}
+    stops = [s for s in sent if s[0] == messaging.STOP_JOB_TASK]
+    assert stops == [
+        (
+            messaging.STOP_JOB_TASK,
+            "node.sim-a",
+            {"job_id": running, "attempt": 1, "reason": "bad sweep"},
+        )
+    ]
+
+
+@pytest.mark.parametrize("who", ["teammate_api", "outsider_api", "stranger_api"])
+def test_others_may_not_cancel_an_array(
+    request: Any, owner_api: Any, fleet_nodes: Any, who: str
+) -> None:
+    body = _array(owner_api, 3).json()
+    response = request.getfixturevalue(who).post(f"/api/v1/arrays/{body['array_id']}/cancel/")
+    assert response.status_code == 403
+    assert set(Job.objects.values_list("state", flat=True)) == {"pending"}
+
+
+def test_start_message_of_a_task_names_its_array(owner_api: Any, fleet_nodes: Any) -> None:
+    body = _array(owner_api, "3,5,9").json()
+    Job.objects.filter(array_id=body["array_id"]).update(
+        state="assigned", attempt=1, node=fleet_nodes[0], gpu_indices=[0]
+    )
+    task = Job.objects.get(array_id=body["array_id"], array_index=5)
+    assert start_spec(task)["array"] == {"job_id": body["array_id"], "index": 5, "count": 3}
+    single = owner_api.post(SUBMIT, _job(), format="json").json()
+    Job.objects.filter(id=single["id"]).update(node=fleet_nodes[0], gpu_indices=[1])
+    assert start_spec(Job.objects.get(id=single["id"]))["array"] is None
+
+
+def test_bulk_submit_creates_every_job_in_order(owner_api: Any, fleet_nodes: Any) -> None:
+    specs = [_job(name=f"j{i}", gpus=1 + i % 2) for i in range(5)]
+    response = owner_api.post(BULK, {"jobs": specs}, format="json")
+    assert response.status_code == 201, response.json()
+    body = response.json()
+    assert body["count"] == 5
+    jobs = [Job.objects.get(id=i) for i in body["job_ids"]]
+    assert [(j.name, j.gpus, j.state, j.array_id) for j in jobs] == [
+        (f"j{i}", 1 + i % 2, "pending", None) for i in range(5)
+    ]
+    assert JobEvent.objects.filter(job_id__in=body["job_ids"]).count() == 5
+
+
+@pytest.mark.parametrize(
+    ("bad", "where", "needle"),
+    [
+        ({"gpus": 8}, "jobs[2].gpus", "needs 8 GPUs on one node"),
+        ({"gpus": "many"}, "jobs[2].gpus", "valid integer"),
+        ({"colour": "red"}, "jobs[2].colour", "Unknown field"),
+        ({"array": "0-3"}, "jobs[2].array", "Unknown field"),
+        ({"team": "speech"}, "jobs[2].team", "not a member of team 'speech'"),
+        ({"command": ""}, "jobs[2].command", ""),
+    ],
+)
+def test_one_bad_bulk_item_refuses_the_whole_request_naming_its_index(
+    owner_api: Any, fleet_nodes: Any, bad: dict[str, Any], where: str, needle: str
+) -> None:
+    specs = [_job(), _job(), _job(**bad), _job()]
+    response = owner_api.post(BULK, {"jobs": specs}, format="json")
+    assert response.status_code == 400, response.json()
+    body = response.json()
+    assert body["message"].startswith(f"{where}: "), body
+    assert needle in body["message"]
+    assert body["extra"]["index"] == 2
+    assert not Job.objects.exists()
+
+
+def test_bulk_refuses_an_empty_list_a_non_list_and_too_many(
+    owner_api: Any, fleet_nodes: Any, settings: Any
+) -> None:
+    assert owner_api.post(BULK, {"jobs": []}, format="json").status_code == 400
+    assert owner_api.post(BULK, {"jobs": "x"}, format="json").status_code == 400
+    assert owner_api.post(BULK, [_job()], format="json").status_code == 400
+    settings.FLEET_MAX_BULK_JOBS = 3
+    refused = owner_api.post(BULK, {"jobs": [_job()] * 4}, format="json")
+    assert refused.status_code == 400
+    assert "at most 3 are allowed in one bulk submit" in refused.json()["message"]
+    assert not Job.objects.exists()
+
+
+def test_bulk_is_refused_to_a_stranger(stranger_api: Any, fleet_nodes: Any) -> None:
+    assert stranger_api.post(BULK, {"jobs": [_job()]}, format="json").status_code == 403
+
+
+def _queries(fn: Any) -> int:
+    """Queries one request made (which must succeed)."""
+    with CaptureQueriesContext(connection) as ctx:
+        response = fn()
+    assert response.status_code == 201, response.json()
+    return len(ctx.captured_queries)
+
+
+def test_bulk_and_array_queries_do_not_grow_with_the_number_of_jobs(
+    owner_api: Any, fleet_nodes: Any
+) -> None:
+    def bulk(n: int) -> int:
+        return _queries(lambda: owner_api.post(BULK, {"jobs": [_job()] * n}, format="json"))
+
+    def array(n: int) -> int:
+        return _queries(lambda: _array(owner_api, n))
+
+    bulk(1)  # warm up (content types, the first token lookups)
+    assert bulk(3) == bulk(60)
+    assert array(3) == array(60)
+
+
+def test_a_single_submit_takes_a_bounded_number_of_queries(
+    owner_api: Any, fleet_nodes: Any
+) -> None:
+    owner_api.post(SUBMIT, _job(), format="json")
+    count = _queries(lambda: owner_api.post(SUBMIT, _job(), format="json"))
+    assert count <= 12, count
+
+
+def test_many_submits_ask_for_one_scheduling_cycle(
+    owner_api: Any, fleet_nodes: Any, sent: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    cache.delete(messaging.SCHEDULE_DEBOUNCE_KEY)
+    with django_capture_on_commit_callbacks(execute=True):
+        _array(owner_api, 50)
+        owner_api.post(BULK, {"jobs": [_job()] * 5}, format="json")
+        owner_api.post(SUBMIT, _job(), format="json")
+    assert [s[0] for s in sent].count(messaging.SCHEDULE_TASK) == 1
+
+
+def test_team_idle_util_percent_is_held_to_0_100_by_the_database(team: Any) -> None:
+    for bad in (-1, 100.5):
+        with pytest.raises(IntegrityError), transaction.atomic():
+            type(team).objects.filter(pk=team.pk).update(idle_util_percent=bad)
+    type(team).objects.filter(pk=team.pk).update(idle_util_percent=100)
