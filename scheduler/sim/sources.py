@@ -1,4 +1,5 @@
-"""Where simulated jobs come from: the Philly trace, a generic CSV/JSON format, a generator.
+"""Where simulated jobs come from: the Philly trace, a generic CSV/JSON format, the fleet's
+own recorded jobs (the `fleet` CSV that `manage.py export_trace` writes), a generator.
 
 Every loader returns jobs sorted by submit time (stable), numbered 1..n in that order, with
 submit times in seconds relative to the earliest job.
@@ -17,7 +18,17 @@ import numpy as np
 
 from scheduler.sim.jobs import JobSpec
 
-FORMATS = ("philly", "csv", "json", "auto")
+FORMATS = ("philly", "csv", "json", "fleet", "auto")
+
+# The fleet trace (`manage.py export_trace`, `GET /api/v1/advisor/trace.csv`): one row per
+# recorded job. `submit` is an ISO time; `runtime` the seconds its last attempt ran (what it
+# needs alone); `nodes` must equal gpus / gpus_per_node for a gang; `started` and `finished`
+# are what happened (ISO times), kept for reference and not replayed.
+FLEET_COLUMNS = (
+    "id", "name", "submit", "runtime", "gpus", "gpus_per_node", "nodes", "gpu_model", "gpu_memory_mb",
+    "gpu_compute_percent", "cpus", "memory_mb", "team", "user", "priority", "qos",
+    "preemptible", "time_limit", "state", "started", "finished",
+)  # fmt: skip
 
 
 def load_jobs(path: str | Path, fmt: str = "auto") -> list[JobSpec]:
@@ -28,9 +39,16 @@ def load_jobs(path: str | Path, fmt: str = "auto") -> list[JobSpec]:
         else:
             with path.open(newline="") as fh:
                 header = fh.readline()
-            fmt = "philly" if "num_gpus" in header and "cluster" in header else "csv"
+            if "num_gpus" in header and "cluster" in header:
+                fmt = "philly"
+            elif "runtime" in header and "preemptible" in header:
+                fmt = "fleet"
+            else:
+                fmt = "csv"
     if fmt == "philly":
         return load_philly(path)
+    if fmt == "fleet":
+        return load_fleet(path)[0]
     if fmt == "csv":
         with path.open(newline="") as fh:
             return _generic(list(csv.DictReader(fh)), str(path))
@@ -122,6 +140,50 @@ def _generic(rows: list[dict[str, Any]], where: str) -> list[JobSpec]:
     parsed.sort(key=lambda p: p[0])
     t0 = parsed[0][0] if parsed else 0.0
     return [JobSpec(id=i, submit=s - t0, **kw) for i, (s, kw) in enumerate(parsed, start=1)]
+
+
+def load_fleet(path: str | Path) -> tuple[list[JobSpec], frozenset[int]]:
+    """A fleet trace: the jobs, and the ids of those that may not be preempted."""
+    with Path(path).open(newline="") as fh:
+        return fleet_jobs(list(csv.DictReader(fh)), str(path))
+
+
+def _flag(value: Any) -> bool:
+    return str(value).strip().lower() in ("1", "true", "yes", "t", "y")
+
+
+def fleet_jobs(
+    rows: list[dict[str, Any]], where: str = "fleet trace"
+) -> tuple[list[JobSpec], frozenset[int]]:
+    """Fleet rows (FLEET_COLUMNS) as jobs numbered 1..n by submit time, and the ids of the jobs
+    that are not preemptible (JobSpec has no such field: the advisor marks them in every
+    snapshot; the command line treats every job as preemptible)."""
+    generic: list[tuple[float, dict[str, Any], bool]] = []
+    for n, row in enumerate(rows, start=1):
+        try:
+            submit = _time(row["submit"])
+            gpus = int(float(row["gpus"] or 0))
+            per_node = _opt_int(row.get("gpus_per_node")) or 0
+            nodes = _opt_int(row.get("nodes")) or 1
+            runtime = float(row["runtime"])
+        except (KeyError, ValueError) as exc:
+            raise ValueError(f"{where}: row {n}: needs submit, runtime and gpus ({exc})")
+        if nodes > 1 and per_node * nodes != gpus:
+            raise ValueError(
+                f"{where}: row {n}: {nodes} nodes of {per_node} GPUs do not make {gpus} GPUs"
+            )
+        fields = {
+            **row,
+            "submit": submit,
+            "duration": runtime,
+            "gpus": gpus,
+            "gpus_per_node": per_node if nodes > 1 else 0,
+        }
+        generic.append((submit, fields, _flag(row.get("preemptible", "true"))))
+    # _generic numbers jobs in a stable sort by submit time: sort first to know the ids.
+    generic.sort(key=lambda g: g[0])
+    fixed = frozenset(i for i, (_, _, may) in enumerate(generic, start=1) if not may)
+    return _generic([f for _, f, _ in generic], where), fixed
 
 
 # Philly's shape: median duration 1,144 s and mean 13,136 s give a lognormal with
