@@ -21,6 +21,7 @@ from django.utils import timezone
 from scheduler.core.eta import estimate
 from scheduler.core.model import Plan
 from scheduler.cycle.apply import Outcome, apply_plan, wait_rows, write_waits
+from scheduler.cycle.eta_learning import learn_starts, refresh_band, remember_forecasts
 from scheduler.cycle.lock import cycle_lock
 from scheduler.cycle.snapshot import DbSnapshot, build_snapshot
 from scheduler.models import DEFAULT_POLICY, CycleRecord
@@ -75,26 +76,32 @@ def estimates_for(snap: DbSnapshot, policy: Policy, plan: Plan) -> dict[int, Any
 
 
 def plan_estimates(snap: DbSnapshot, plan: Plan) -> dict[int, Any]:
-    """Positions and reasons from the plan, ETAs as last forecast (or the reservation's
-    start): what a cycle writes between two forecasts."""
+    """Positions and reasons from the plan, ETAs as last forecast: what a cycle writes
+    between two forecasts. The forecast is the only source of ETAs (a reservation's start,
+    computed from time limits, would disagree with it between forecasts)."""
     waits = {w.job_id: w for w in plan.waits}
     now = snap.core.now
     out: dict[int, Any] = {}
     for position, job_id in enumerate(plan.order, start=1):
         wait = waits.get(job_id)
         stored = snap.waits.get(job_id)
-        eta = wait.eta if wait is not None and wait.eta is not None else None
-        if eta is None and stored is not None and stored[2] is not None and stored[2] >= now:
+        eta = None
+        if stored is not None and stored[2] is not None and stored[2] >= now:
             eta = float(stored[2])
         out[job_id] = (position, eta, wait.reason if wait is not None else "")
     return out
 
 
-def forecast_due(snap: DbSnapshot) -> bool:
-    """Whether this cycle forecasts ETAs (at most every "eta_interval" seconds: the
-    forecast costs more than the rest of a cycle on a long queue)."""
+def forecast_due(snap: DbSnapshot, plan: Plan | None = None) -> bool:
+    """Whether this cycle forecasts ETAs: at most every "eta_interval" seconds (the
+    forecast costs more than the rest of a cycle on a long queue), and at once when a job
+    waits for the first time, so that nobody waits without a forecast until the next one."""
     interval = float(snap.param("eta_interval"))
     if interval <= 0:
+        return True
+    if plan is not None and any(
+        snap.waits.get(job_id, (None, None, None))[1] is None for job_id in plan.order
+    ):
         return True
     since = snap.now - timedelta(seconds=interval)
     recent = CycleRecord.objects.filter(started_at__gt=since, timings__has_key="eta_ms")
@@ -139,10 +146,15 @@ def run_cycle_locked(*, now: datetime | None = None) -> CycleRecord:
     policy, plan, notes = plan_for(snap)
     t2 = perf_counter()
     outcome = apply_plan(snap, plan)
+    learn_starts(snap.core.now, outcome.placed)
     t3 = perf_counter()
-    forecast = forecast_due(snap)
+    forecast = forecast_due(snap, plan)
     if forecast:
         estimates = estimates_for(snap, policy, plan)
+        placed = set(outcome.placed)
+        waiting = {k: v for k, v in estimates.items() if k not in placed}
+        remember_forecasts(snap.core.now, waiting, float(snap.param("eta_horizon")))
+        refresh_band()
     else:
         estimates = plan_estimates(snap, plan)
     t4 = perf_counter()

@@ -20,6 +20,7 @@ from fleet.services import jobs as job_services
 from fleet.services.access import can_manage_job, can_see_command
 from fleet.web import live, sources
 from fleet.web.access import member_required
+from scheduler.cycle.eta_learning import band_for, current_calibration
 
 # Which buttons make sense in which state (the state machine has the final word).
 ACTIONS: dict[str, tuple[str, ...]] = {
@@ -63,8 +64,12 @@ def job_context(request: HttpRequest, job: Job) -> dict[str, Any]:
     for event in events:
         event.reason = job_reason_shown(job=job, reason=event.reason, fetched_by=request.user)
     manage = can_manage_job(request.user, job)
+    band = None
+    if job.state == "pending" and job.eta is not None:
+        band = band_for(job.eta, timezone.now(), current_calibration())
     return {
         "job": job,
+        "eta_band": band,
         "reason": job_state_reason(job=job, fetched_by=request.user),
         "events": events,
         "ignored": [e for e in events if not e.applied],

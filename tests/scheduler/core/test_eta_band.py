@@ -1,0 +1,78 @@
+"""The ETA band: calibrated on outcomes, it holds about 80% of starts when forecasts err as
+they did before; until it has learned, it is the default band and says so."""
+
+from __future__ import annotations
+
+import math
+import random
+
+import pytest
+
+from scheduler.core.eta_band import DEFAULT_BAND, PAD_S, EtaCalibration
+
+
+def _outcome(rng: random.Random, sigma: float, bias: float) -> tuple[float, float]:
+    forecast = rng.uniform(120, 7200)
+    actual = (forecast + PAD_S) * math.exp(rng.gauss(bias, sigma)) - PAD_S
+    return forecast, max(actual, 0.0)
+
+
+@pytest.mark.parametrize(("sigma", "bias"), [(0.3, 0.0), (1.0, 0.4), (0.6, -0.5)])
+def test_a_learned_band_covers_about_eighty_percent_of_new_starts(
+    sigma: float, bias: float
+) -> None:
+    rng = random.Random(7)
+    calibration = EtaCalibration.from_outcomes(_outcome(rng, sigma, bias) for _ in range(500))
+    assert calibration.calibrated and calibration.samples == 500
+    inside = 0
+    trials = 4000
+    for _ in range(trials):
+        forecast, actual = _outcome(rng, sigma, bias)
+        low, high = calibration.band(1000.0, 1000.0 + forecast)
+        inside += low <= 1000.0 + actual <= high
+    assert 0.76 <= inside / trials <= 0.84
+
+
+def test_a_wider_error_gives_a_wider_band() -> None:
+    rng = random.Random(1)
+    tight = EtaCalibration.from_outcomes(_outcome(rng, 0.2, 0.0) for _ in range(300))
+    loose = EtaCalibration.from_outcomes(_outcome(rng, 1.2, 0.0) for _ in range(300))
+    t_low, t_high = tight.band(0.0, 3600.0)
+    l_low, l_high = loose.band(0.0, 3600.0)
+    assert l_low < t_low < 3600.0 < t_high < l_high
+
+
+def test_until_enough_outcomes_the_band_is_the_default_and_says_so() -> None:
+    calibration = EtaCalibration(min_samples=20)
+    for _ in range(19):
+        calibration.observe(600.0, 6000.0)  # all ten times late
+    assert not calibration.calibrated
+    assert calibration.log_bounds() == DEFAULT_BAND
+    calibration.observe(600.0, 6000.0)
+    assert calibration.calibrated
+    low, high = calibration.band(0.0, 600.0)
+    # It learned that forecasts here are ten times late (the band still holds the forecast).
+    assert low == 600.0 and high == pytest.approx(6000.0)
+
+
+def test_the_band_holds_the_forecast_and_never_starts_before_now() -> None:
+    calibration = EtaCalibration.from_outcomes([(600.0, 3000.0)] * 30)  # always late
+    low, high = calibration.band(100.0, 100.0)  # forecast to start now
+    assert low == 100.0 and high > 100.0
+    early = EtaCalibration.from_outcomes([(3000.0, 0.0)] * 30)  # always early
+    low, high = early.band(100.0, 3100.0)
+    assert 100.0 <= low <= 3100.0 and high == 3100.0
+
+
+def test_only_the_last_window_counts_and_bad_values_are_ignored() -> None:
+    calibration = EtaCalibration(window=50, min_samples=10)
+    for _ in range(100):
+        calibration.observe(600.0, 6000.0)
+    for _ in range(50):
+        calibration.observe(600.0, 600.0)
+    calibration.observe(math.nan, 10.0)
+    calibration.observe(600.0, math.inf)
+    assert calibration.samples == 50
+    assert calibration.log_bounds() == (0.0, 0.0)
+    with pytest.raises(ValueError):
+        EtaCalibration(window=0)

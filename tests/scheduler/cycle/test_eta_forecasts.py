@@ -1,0 +1,102 @@
+"""ETAs in the production cycle: the forecast is their one source, a job is forecast in the
+first cycle it waits, and the band is learned from how forecasts turned out (kept in Redis)."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+from typing import Any
+
+import pytest
+from django.core.cache import cache
+from django.test import Client
+from django.utils import timezone
+
+from fleet.models import Job, JobState
+from fleet.services.job_states import Actor, job_transition
+from scheduler.cycle import eta_learning
+from scheduler.cycle.config import settings_update
+from scheduler.cycle.lock import redis_client
+from scheduler.cycle.runner import run_cycle
+from scheduler.models import CycleRecord
+from tests.scheduler.cycle.conftest import make_job, make_node, make_running
+
+pytestmark = pytest.mark.django_db
+
+
+@pytest.fixture(autouse=True)
+def clean_eta_keys() -> Any:
+    client: Any = redis_client()
+
+    def wipe() -> None:
+        for key in client.scan_iter("fleet:eta:*"):
+            client.delete(key)
+        cache.delete(eta_learning.BAND_KEY)
+
+    wipe()
+    yield client
+    wipe()
+
+
+def _eta(job: Job) -> float:
+    job.refresh_from_db()
+    assert job.eta is not None
+    return job.eta.timestamp()
+
+
+def test_between_forecasts_the_stored_forecast_stays_and_a_new_job_is_forecast_at_once(
+    owner: Any, team: Any, sent: list[Any]
+) -> None:
+    node = make_node("sim-a", 1)
+    make_running(owner, team, node, [0], time_limit=3600)
+    first = make_job(owner, team, time_limit=600)
+    now = timezone.now().timestamp()
+    run_cycle()
+    assert CycleRecord.objects.latest("id").timings.get("eta_ms") is not None
+    # No history: the running job is expected to use its whole hour.
+    assert _eta(first) == pytest.approx(now + 3600, abs=5)
+
+    # Within eta_interval, a cycle keeps the stored forecast; the reservation's start (from
+    # time limits) is not a second source that overwrites it.
+    earlier = timezone.now() + timedelta(minutes=30)
+    Job.objects.filter(pk=first.pk).update(eta=earlier)
+    run_cycle()
+    assert "eta_ms" not in CycleRecord.objects.latest("id").timings
+    assert _eta(first) == pytest.approx(earlier.timestamp(), abs=1)
+
+    # A job that waits for the first time is forecast in that very cycle.
+    second = make_job(owner, team, time_limit=600)
+    run_cycle()
+    assert "eta_ms" in CycleRecord.objects.latest("id").timings
+    assert _eta(second) == pytest.approx(now + 3600 + 600, abs=5)
+    assert _eta(first) == pytest.approx(now + 3600, abs=5)
+
+
+def test_the_band_learns_from_jobs_that_started_and_the_job_page_shows_it(
+    owner: Any, team: Any, sent: list[Any], clean_eta_keys: Any
+) -> None:
+    settings_update(user=None, params={"eta_interval": 0})
+    node = make_node("sim-a", 1)
+    running = make_running(owner, team, node, [0], time_limit=3600)
+    waiting = make_job(owner, team, time_limit=600)
+    run_cycle()
+    at, eta = (float(x) for x in clean_eta_keys.get(f"fleet:eta:first:{waiting.pk}").split())
+    assert eta - at == pytest.approx(3600, abs=5)
+
+    page = Client()
+    page.force_login(owner)
+    html = page.get(f"/jobs/{waiting.pk}/").content.decode()
+    assert "80% likely between" in html  # the default band until outcomes are learned
+
+    # The running job ends early: the waiting job starts about an hour before its forecast.
+    job_transition(job_id=running.pk, action="succeed", actor=Actor.node("sim-a"))
+    run_cycle()
+    waiting.refresh_from_db()
+    assert waiting.state == JobState.ASSIGNED
+    assert clean_eta_keys.get(f"fleet:eta:first:{waiting.pk}") is None
+    pairs = [json.loads(x) for x in clean_eta_keys.lrange(eta_learning.OUTCOMES_KEY, 0, -1)]
+    assert len(pairs) == 1
+    forecast_wait, actual_wait = pairs[0]
+    assert forecast_wait == pytest.approx(3600, abs=5) and actual_wait < 60
+    band = cache.get(eta_learning.BAND_KEY)
+    assert band["samples"] == 1 and band["calibrated"] is False

@@ -1,0 +1,36 @@
+"""The simulator's ETA check: every job is forecast once when it first waits, and the
+figures compare the forecast with the start it really had."""
+
+from __future__ import annotations
+
+from scheduler.policies import get_policy
+from scheduler.sim.cluster import parse_cluster
+from scheduler.sim.engine import simulate
+from scheduler.sim.eta_check import EtaDriver, eta_metrics
+from scheduler.sim.state import SimConfig
+from tests.scheduler.sim.conftest import job
+
+
+def test_exact_runtimes_give_exact_etas_under_fcfs() -> None:
+    # Time limits equal the runtimes and nothing else arrives: the forecast is the truth.
+    jobs = [
+        job(i, submit=i, duration=600.0 * (i + 1), time_limit=600.0 * (i + 1)) for i in range(6)
+    ]
+    driver = EtaDriver(get_policy("fcfs"))
+    config = SimConfig(cycle_interval=60.0, plan_waits=True)
+    result = simulate(jobs, parse_cluster("1x2xV100"), driver, config)
+    m = eta_metrics(result, driver)
+    assert m["eta_jobs"] == 6 and m["eta_waited"] == 4
+    assert m["eta_median_abs_error_share"] < 0.01
+    assert m["eta_none_share"] == 0.0
+
+
+def test_padded_time_limits_make_etas_late_and_the_figure_shows_it() -> None:
+    # Jobs ask for 4x their runtime and nothing predicts better: waits are overestimated.
+    jobs = [job(i, submit=i, duration=600.0, time_limit=2400.0) for i in range(8)]
+    driver = EtaDriver(get_policy("fcfs"))
+    config = SimConfig(cycle_interval=60.0, plan_waits=True)
+    result = simulate(jobs, parse_cluster("1x2xV100"), driver, config)
+    m = eta_metrics(result, driver)
+    assert m["eta_waited"] == 6
+    assert m["eta_median_abs_error_share"] > 1.0
