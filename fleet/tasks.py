@@ -106,6 +106,7 @@ def job_report(node: Node, a: dict[str, Any]) -> None:
         pid=a.get("pid"),
         exit_code=a.get("exit_code"),
         reason=str(a.get("reason") or ""),
+        resumed=a.get("resumed"),
     )
 
 

@@ -28,6 +28,7 @@ from workers import tasks
 from workers.celery_app import broker_url, configure, control_queue, node_queue
 from workers.executor.accounts import JobAccounts
 from workers.executor.cgroups import probe
+from workers.executor.checkpoints import DEFAULT_RETENTION_S, parse_signal
 from workers.executor.mps import mps_probe, with_mps
 from workers.fence import broker_client, fenced
 from workers.gpu import select_backend
@@ -74,6 +75,34 @@ def _job_settings() -> dict[str, Any]:
         "job_accounts": accounts,
         "job_env_allow": tuple(name.strip() for name in allow.split(",") if name.strip()),
         "scratch_dir": Path(scratch).resolve() if scratch else None,
+    }
+
+
+def _checkpoint_settings(state_dir: Path) -> dict[str, Any]:
+    """Where jobs keep checkpoints and for how long (FLEET_CHECKPOINT_ROOT, default
+    `checkpoints` beside the state directory; FLEET_CHECKPOINT_RETENTION_DAYS, default 14, 0:
+    forever) and the signal a stopped job gets first (FLEET_CHECKPOINT_SIGNAL, default
+    SIGTERM); see workers.executor.checkpoints."""
+    root = os.environ.get("FLEET_CHECKPOINT_ROOT", "").strip()
+    raw_days = os.environ.get("FLEET_CHECKPOINT_RETENTION_DAYS", "").strip()
+    try:
+        days = float(raw_days) if raw_days else DEFAULT_RETENTION_S / 86400
+        if not days >= 0:
+            raise ValueError
+    except ValueError:
+        sys.exit(
+            f"FLEET_CHECKPOINT_RETENTION_DAYS={raw_days!r} is not a number of days of 0 or "
+            "more (0 keeps checkpoint directories forever)"
+        )
+    try:
+        sig = parse_signal(os.environ.get("FLEET_CHECKPOINT_SIGNAL"))
+    except ValueError as exc:
+        sys.exit(str(exc))
+    return {
+        "checkpoint_root": Path(root).resolve() if root else state_dir.parent / "checkpoints",
+        "checkpoint_retention_s": days * 86400,
+        "checkpoint_signal": sig,
+        "checkpoint_sweep_interval": _number("FLEET_CHECKPOINT_SWEEP_INTERVAL", 3600.0),
     }
 
 
@@ -164,6 +193,7 @@ def build_agent(args: argparse.Namespace) -> Agent:
         version=_version(),
         **_job_settings(),
         **_host_settings(args),
+        **_checkpoint_settings(state_dir),
     )
     backend = select_backend(args.simulate, node_name=args.node)
     queue = control_queue()
@@ -217,6 +247,11 @@ def main(argv: Sequence[str] | None = None) -> None:
     logger.info("agent %s: %d GPUs (%s), state in %s", args.node,
                 len(agent.backend.inventory()), agent.backend.backend_name,
                 agent.config.state_dir)  # fmt: skip
+    cfg = agent.config
+    logger.info("checkpoints in %s, kept %s after last use; stopped jobs get %s first",
+                agent.checkpoints.root,
+                f"{cfg.checkpoint_retention_s / 86400:g} days" if cfg.checkpoint_retention_s
+                else "forever", cfg.checkpoint_signal.name)  # fmt: skip
     try:
         app.worker_main(
             [

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import logging
 import os
+import signal
 import threading
 import time
 from collections.abc import Callable, Iterable
@@ -23,6 +24,7 @@ from typing import Any
 from workers.executor import Executor, ExecutorError, JobKey, Supervisor
 from workers.executor.accounts import JobAccounts
 from workers.executor.cgroups import Enforcement
+from workers.executor.checkpoints import DEFAULT_RETENTION_S, CheckpointStore
 from workers.executor.launcher import private_dir
 from workers.executor.spec import spec_from_start
 from workers.host import HostShape
@@ -65,6 +67,13 @@ class AgentConfig:
     enforcement: Enforcement = field(
         default_factory=lambda: Enforcement(note="none: the agent was not asked to confine jobs")
     )
+    # Where jobs keep checkpoints across attempts (workers.executor.checkpoints): None is
+    # `checkpoints` beside state_dir; kept `checkpoint_retention_s` after last use (0:
+    # forever); a stopped job gets `checkpoint_signal` first, then its grace, then SIGKILL.
+    checkpoint_root: Path | None = None
+    checkpoint_retention_s: float = DEFAULT_RETENTION_S
+    checkpoint_signal: signal.Signals = signal.SIGTERM
+    checkpoint_sweep_interval: float = 3600.0
 
 
 class Agent:
@@ -91,6 +100,12 @@ class Agent:
         private_dir(state / "logs")
         self.lease = Lease(state / "lease", config.lease_seconds, clock=clock)
         self.outcomes = OutcomeStore(state / "outcomes")
+        # Beside state_dir, not in it: jobs (other accounts) must reach their directories.
+        self.checkpoints = CheckpointStore(
+            config.checkpoint_root or state.parent / "checkpoints",
+            retention_s=config.checkpoint_retention_s,
+            clock=clock,
+        )
         self.executor = Executor(
             state / "attempts",
             lease_path=self.lease.path,
@@ -99,6 +114,8 @@ class Agent:
             scratch_dir=config.scratch_dir or state.parent / "scratch",
             gpu_backend=backend,
             enforcement=config.enforcement,
+            checkpoints=self.checkpoints,
+            stop_signal=config.checkpoint_signal,
             clock=clock,
         )
         accounts = config.job_accounts
@@ -215,6 +232,8 @@ class Agent:
     # -- reports ----------------------------------------------------------------------------
 
     def _send_report(self, event: dict[str, Any]) -> None:
+        # `resumed`: whether the attempt's checkpoint directory held anything at its start.
+        extra = {"resumed": event["resumed"]} if event.get("resumed") is not None else {}
         self.send(
             REPORT_TASK,
             job_id=event["job_id"],
@@ -224,6 +243,7 @@ class Agent:
             exit_code=event.get("exit_code"),
             reason=event.get("reason", ""),
             at=event.get("at"),
+            **extra,
         )
 
     def _fenced(self, job_id: Any, attempt: int, dispatch: Any) -> bool:
@@ -270,6 +290,10 @@ class Agent:
         )
 
     def heartbeat(self) -> None:
+        # A running job's checkpoint directory is in use, however long the job runs: no
+        # agent sharing the root sweeps it meanwhile.
+        for team, job_id in self.executor.checkpoints_in_use():
+            self.checkpoints.touch(team=team, job_id=job_id)
         self.send(
             HEARTBEAT_TASK,
             running=self.running(),
@@ -277,6 +301,11 @@ class Agent:
             lease=self.config.lease_seconds,
             at=self.clock(),
         )
+
+    def checkpoint_sweep(self) -> list[Path]:
+        """Remove checkpoint directories unused for the retention (never one of an attempt
+        known here)."""
+        return self.checkpoints.sweep(keep=self.executor.checkpoints_in_use())
 
     def acknowledge(self, heard_at: float, outcomes: Iterable[Any] = ()) -> None:
         """The control side has applied the heartbeat or registration sent at `heard_at`
@@ -327,6 +356,7 @@ class Agent:
             (cfg.heartbeat_interval, self.heartbeat),
             (cfg.telemetry_interval, self.telemetry_tick),
             (cfg.log_interval, self.logs.ship),
+            (cfg.checkpoint_sweep_interval, self.checkpoint_sweep),
         ]
         threads = [
             threading.Thread(

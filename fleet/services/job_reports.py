@@ -8,6 +8,12 @@ change of the same job (its "running" applied by another worker a moment earlier
 again and applied to what the job is now, never dropped. A success for the job's current
 attempt that arrives after the control side gave that attempt up (lost, requeued) but
 before it dispatched the job again is applied: the work is done.
+
+A start report may say whether the attempt `resumed` from a checkpoint (its checkpoint
+directory held files, workers.executor.checkpoints). Without a migration, that is kept in
+the job's events: the start's event reads "attempt N resumed from a checkpoint" (or
+"attempt N started fresh"), and each member of a multi-node attempt gets one such event of
+its own; fleet.selectors.checkpoints reads it back.
 """
 
 from __future__ import annotations
@@ -22,7 +28,7 @@ from django.db.models.functions import Coalesce
 from django.utils import timezone
 
 from fleet.errors import Conflict
-from fleet.models import Job, JobMember, JobState, MemberState, Node
+from fleet.models import Job, JobEvent, JobMember, JobState, MemberState, Node
 from fleet.models.jobs import ACTIVE_STATES
 from fleet.services import messaging
 from fleet.services.job_states import SYSTEM, Actor, job_record_ignored, job_transition
@@ -50,6 +56,27 @@ REPORT_ACTIONS: dict[str, tuple[str, ...]] = {
 # Attempts given up by the control side, for which a late success still counts.
 GIVEN_UP = (JobState.LOST, JobState.PENDING, JobState.HELD)
 RETRIES = 3
+RESUMED = "resumed from a checkpoint"
+FRESH = "started fresh"
+
+
+def resumed_note(attempt: int, resumed: bool | None) -> str:
+    """What the job's events say about how the attempt started ("" when not reported)."""
+    if resumed is None:
+        return ""
+    return f"attempt {attempt} {RESUMED if resumed else FRESH}"
+
+
+def _checked_resumed(node: Node, job_id: int, resumed: Any) -> bool | None:
+    """The report's `resumed`, if it is true or false; anything else is left out (the
+    report is still applied: what it says of the job's state matters more)."""
+    if resumed is None or isinstance(resumed, bool):
+        return resumed
+    log.warning(
+        "node %s reported resumed=%r for job %s; not true or false, left out",
+        node.name, resumed, job_id,
+    )  # fmt: skip
+    return None
 
 
 def requeue_lost(job: Job, reason: str, *, node_id: int | None = None) -> None:
@@ -86,11 +113,14 @@ def job_report_apply(
     pid: int | None = None,
     exit_code: int | None = None,
     reason: str = "",
+    resumed: Any = None,
 ) -> bool:
     """Apply one supervisor event; True when it changed the job. Reports for another
     attempt, another node, or a job no longer assigned/running are recorded and ignored, so
-    duplicated and reordered reports change nothing twice."""
+    duplicated and reordered reports change nothing twice. `resumed` (true or false) says
+    whether the attempt started from a checkpoint; it is recorded with the attempt's start."""
     actor = Actor.node(node.name)
+    checked = _checked_resumed(node, job_id, resumed)
     if state not in REPORT_ACTIONS:
         log.warning("node %s reported unknown state %r for job %s", node.name, state, job_id)
         return False
@@ -99,7 +129,7 @@ def job_report_apply(
         gpu_release_done(job_id=job_id, attempt=attempt, node_id=node.pk)
     for _ in range(RETRIES):
         try:
-            applied = _apply(node, actor, job_id, attempt, state, pid, exit_code, reason)
+            applied = _apply(node, actor, job_id, attempt, state, pid, exit_code, reason, checked)
         except Conflict:
             continue  # the job changed while this was applied: read it again
         if applied:
@@ -123,6 +153,7 @@ def _apply(
     pid: int | None,
     exit_code: int | None,
     reason: str,
+    resumed: bool | None = None,
 ) -> bool:
     current = (
         Job.objects.filter(id=job_id)
@@ -133,7 +164,7 @@ def _apply(
         log.info("node %s reported %s for unknown job %s", node.name, state, job_id)
         return False
     if current["gpus_per_node"] and current["gpus"] > current["gpus_per_node"]:
-        return _apply_gang(node, actor, job_id, attempt, state, pid, exit_code, reason)
+        return _apply_gang(node, actor, job_id, attempt, state, pid, exit_code, reason, resumed)
     if state == "succeeded" and _given_up_here(current, node, attempt):
         job_transition(
             job_id=job_id,
@@ -174,6 +205,8 @@ def _apply(
             if action == "start":
                 fields: dict[str, Any] = {"pid": pid} if pid else {}
                 text = "" if state == "running" else "running (its start report came later)"
+                note = resumed_note(attempt, resumed)
+                text = f"{text}; {note}" if text and note else text or note
             else:
                 fields = {"exit_code": 0 if action == "succeed" else exit_code}
                 text = reason
@@ -229,6 +262,7 @@ def _apply_gang(
     pid: int | None,
     exit_code: int | None,
     reason: str,
+    resumed: bool | None = None,
 ) -> bool:
     """One member's report for a multi-node job. Reports of one job are applied one at a
     time (the job's row is locked), so two members that start at once cannot both see the
@@ -254,6 +288,18 @@ def _apply_gang(
         if why or member is None:
             job_record_ignored(job_id=job_id, action=state, actor=actor, attempt=attempt, why=why)
             return False
+        if member.state == MemberState.ASSIGNED and resumed is not None:
+            # The member's own start: how it started is its own (per-node storage).
+            JobEvent.objects.create(
+                job_id=job_id,
+                from_state=job.state,
+                to_state=job.state,
+                attempt=attempt,
+                reason=f"member {member.rank} on node {node.name}: "
+                f"{resumed_note(attempt, resumed)}",
+                actor_kind=actor.kind,
+                actor=actor.name,
+            )
         _member_report(job_id, attempt, node, state, pid, exit_code)
         members = list(JobMember.objects.filter(job_id=job_id, attempt=attempt))
         started = all(m.state in STARTED for m in members)

@@ -12,6 +12,11 @@ job reads neither its launch file nor another job's record; the job runs as the 
 a working directory gets a fresh one under `scratch_dir` (0711: a job reaches its own
 directory but cannot list the others'), owned by its account, mode 0700, removed when the
 attempt is forgotten.
+
+With a `CheckpointStore` every job also gets its checkpoint directory (FLEET_CHECKPOINT_DIR,
+workers.executor.checkpoints), made before the start and kept after the attempt ends; a job
+that is stopped gets `stop_signal` first (FLEET_CHECKPOINT_SIGNAL, SIGTERM by default), then
+its grace, then SIGKILL.
 """
 
 from __future__ import annotations
@@ -41,6 +46,7 @@ from workers.executor.cgroups import (
     job_cgroup_remove,
     oom_kills,
 )
+from workers.executor.checkpoints import CheckpointStore, checkpoint_environment
 from workers.executor.spec import (
     ExecutorError,
     JobKey,
@@ -69,6 +75,8 @@ class Handle:
     shim: subprocess.Popen[bytes] | None = None  # None for attempts adopted after a restart
     scratch: str | None = None  # the per-attempt working directory fleet made, if any
     cgroup: str | None = None  # the attempt's own cgroup (workers.executor.cgroups), if any
+    checkpoint_dir: str | None = None  # FLEET_CHECKPOINT_DIR, kept across attempts
+    resumed: bool | None = None  # whether it held anything at the start (None: no store)
 
     @property
     def pgid(self) -> int:
@@ -119,6 +127,8 @@ class Executor:
         gpu_backend: Any = None,
         lease_path: str | os.PathLike[str] | None = None,
         enforcement: Enforcement | None = None,
+        checkpoints: CheckpointStore | None = None,
+        stop_signal: signal.Signals = signal.SIGTERM,
         clock: Callable[[], float] = time.time,
     ) -> None:
         self.state_dir = Path(state_dir)
@@ -130,6 +140,8 @@ class Executor:
         self.accounts = accounts or JobAccounts()
         self.gpu_backend = gpu_backend
         self.enforcement = enforcement or Enforcement(note="none: not asked to confine jobs")
+        self.checkpoints = checkpoints
+        self.stop_signal = stop_signal
         self.clock = clock
         self.handles: dict[JobKey, Handle] = {}
         self._adopt()
@@ -158,6 +170,15 @@ class Executor:
             account, account_name = self.accounts.resolve(user=spec.user, team=spec.team)
         except ExecutorError as exc:
             raise ExecutorError(f"cannot start job {spec.job_id}: {exc}") from exc
+        checkpoint_dir, resumed = None, None
+        if self.checkpoints is not None:
+            try:
+                resumed = self.checkpoints.prepare(
+                    team=spec.team, job_id=spec.job_id, account=account
+                )
+            except ExecutorError as exc:
+                raise ExecutorError(f"cannot start job {spec.job_id}: {exc}") from exc
+            checkpoint_dir = str(self.checkpoints.path(spec.team, spec.job_id))
         attempt_dir = self.state_dir / _dir_name(spec.key)
         if attempt_dir.exists():
             shutil.rmtree(attempt_dir)
@@ -165,15 +186,19 @@ class Executor:
         scratch = None if spec.workdir else self._make_scratch(spec, account)
         cgroup = self._make_cgroup(spec, scratch)
         identity = account or own_account()
+        env = job_environment(
+            spec,
+            self.base_env,
+            allow=self.env_allow,
+            account=identity.environment() if identity else None,
+        )
+        # Fleet's names: a job's own FLEET_CHECKPOINT_DIR never points it elsewhere.
+        env.pop("FLEET_CHECKPOINT_DIR", None)
+        env.update(checkpoint_environment(checkpoint_dir, self.stop_signal))
         launch = {
             "command": spec.command,
             "workdir": spec.workdir or scratch,
-            "env": job_environment(
-                spec,
-                self.base_env,
-                allow=self.env_allow,
-                account=identity.environment() if identity else None,
-            ),
+            "env": env,
             "log_path": os.path.abspath(spec.log_path),
             "log_cap_bytes": spec.log_cap_bytes,
             "account": None
@@ -182,6 +207,7 @@ class Executor:
             "account_name": account_name,
             "lease_path": self.lease_path,
             "grace": spec.grace,
+            "stop_signal": int(self.stop_signal),
             "cgroup": cgroup,
             "cgroup_mount": str(self.enforcement.mount) if cgroup else None,
         }
@@ -212,6 +238,8 @@ class Executor:
                 shim_create_time=_create_time(shim.pid),
                 scratch=scratch,
                 cgroup=cgroup,
+                checkpoint_dir=checkpoint_dir,
+                resumed=resumed,
             )
         )
         line = self._first_line(shim)
@@ -235,6 +263,8 @@ class Executor:
             shim=shim,
             scratch=scratch,
             cgroup=cgroup,
+            checkpoint_dir=checkpoint_dir,
+            resumed=resumed,
         )
         self._write_record(handle)
         self.handles[spec.key] = handle
@@ -321,6 +351,8 @@ class Executor:
             "started_at": handle.started_at,
             "scratch": handle.scratch,
             "cgroup": handle.cgroup,
+            "checkpoint_dir": handle.checkpoint_dir,
+            "resumed": handle.resumed,
         }
         path = Path(handle.attempt_dir) / "record.json"
         tmp = path.with_suffix(".tmp")
@@ -348,6 +380,8 @@ class Executor:
                 shim_create_time=record.get("shim_create_time"),
                 scratch=record.get("scratch"),
                 cgroup=record.get("cgroup"),
+                checkpoint_dir=record.get("checkpoint_dir"),
+                resumed=record.get("resumed"),
             )
             self.handles[spec.key] = handle
             if self.exit_status(spec.key) is None:
@@ -446,6 +480,14 @@ class Executor:
         shutil.rmtree(handle.attempt_dir, ignore_errors=True)
         if handle.scratch:
             shutil.rmtree(handle.scratch, ignore_errors=True)
+        if handle.checkpoint_dir and self.checkpoints is not None:
+            # Kept for the next attempt; its retention counts from now.
+            self.checkpoints.touch(team=handle.spec.team, job_id=handle.spec.job_id)
+
+    def checkpoints_in_use(self) -> list[tuple[str | None, Any]]:
+        """(team, job_id) of every attempt known here: their directories are never swept,
+        and each is marked used (on every heartbeat while it runs)."""
+        return [(h.spec.team, h.spec.job_id) for h in self.handles.values() if h.checkpoint_dir]
 
 
 def private_dir(path: Path) -> None:

@@ -23,8 +23,8 @@ Because the shim, not the agent, holds the pipe and the exit status, an agent re
 neither kills the job (no SIGPIPE on its output) nor loses how it ended.
 
 The shim also enforces the agent's lease (workers.lease): once the file at `lease_path`
-says the lease has run out, it stops the job (SIGTERM to the group, `grace` seconds,
-SIGKILL) and records `"cause": "lease"` in status.json, so no job runs on after its node
+says the lease has run out, it stops the job (`stop_signal` to the group, SIGTERM unless
+the agent's FLEET_CHECKPOINT_SIGNAL names another, `grace` seconds, SIGKILL) and records `"cause": "lease"` in status.json, so no job runs on after its node
 lost touch with the control side, even when the agent itself is dead or frozen.
 Standard library only: it runs with `-I`, whatever the job's environment holds.
 """
@@ -135,9 +135,10 @@ class LeaseWatch:
     kill it. A missing or unreadable file is no lease to enforce (an executor used without
     an agent)."""
 
-    def __init__(self, path: str | None, grace: float) -> None:
+    def __init__(self, path: str | None, grace: float, stop_signal: int = signal.SIGTERM) -> None:
         self.path = path
         self.grace = grace
+        self.stop_signal = signal.Signals(stop_signal)
         self.next_check = 0.0
         self.kill_at: float | None = None
         self.killed = False
@@ -158,7 +159,7 @@ class LeaseWatch:
             self.next_check = now + LEASE_CHECK_S
             if self._expired():
                 self.kill_at = now + self.grace
-                _signal_group(leader, signal.SIGTERM)
+                _signal_group(leader, self.stop_signal)
         elif not self.killed and now >= self.kill_at:
             self.killed = True
             _signal_group(leader, signal.SIGKILL)
@@ -258,7 +259,11 @@ def main(attempt_dir: str) -> int:
     os.dup2(devnull, 1)  # the agent stops reading; never block or die writing to it
 
     leader = proc.pid
-    lease = LeaseWatch(launch.get("lease_path"), float(launch.get("grace", 30.0)))
+    lease = LeaseWatch(
+        launch.get("lease_path"),
+        float(launch.get("grace", 30.0)),
+        int(launch.get("stop_signal") or signal.SIGTERM),
+    )
     returncode: int | None = None
     eof = False
     drain_until = None

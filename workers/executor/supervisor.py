@@ -8,8 +8,11 @@ thread (tests call `poll()` directly, with an injected clock). Each change is pa
 
 with `state` one of running, succeeded, failed, timeout, cancelled, preempted, lost (its
 shim stopped it when the agent's lease ran out, workers.lease). An attempt
-that is being stopped (time limit, cancel, preemption, GPU memory over-use) gets SIGTERM
-on its whole process group, `grace` seconds, then SIGKILL on the group; the final event
+that is being stopped (time limit, cancel, preemption, GPU memory over-use) gets the
+executor's `stop_signal` (SIGTERM unless FLEET_CHECKPOINT_SIGNAL names another, so the job
+can checkpoint) on its whole process group, `grace` seconds, then SIGKILL on the group.
+Every event of an attempt with a checkpoint directory also carries `resumed` (whether the
+directory held anything when the attempt started, workers.executor.checkpoints). The final event
 says why it was stopped, whatever its exit code. `report` is called with the lock held and
 should be quick (enqueue a message); if it raises, the event is offered again on the next
 poll, so an ended attempt is never forgotten unreported.
@@ -81,6 +84,9 @@ class Supervisor:
     def _event(self, spec: JobSpec, state: str, **fields: Any) -> dict[str, Any]:
         event = {"job_id": spec.job_id, "attempt": spec.attempt, "state": state, "pid": None}
         event.update({"exit_code": None, "reason": "", "at": self.clock()})
+        handle = self.executor.handles.get(spec.key)
+        if handle is not None and handle.resumed is not None:
+            event["resumed"] = handle.resumed
         event.update(fields)
         return event
 
@@ -101,7 +107,7 @@ class Supervisor:
 
     def preempt(self, job_id: Any, attempt: int, grace: float | None = None) -> bool:
         """Stop the attempt to make room for other work; it ends as preempted. The job
-        gets SIGTERM and `grace` seconds (default: its own, which it sees as
+        gets the stop signal (SIGTERM by default) and `grace` seconds (default: its own, which it sees as
         FLEET_PREEMPT_GRACE) to checkpoint. False if it is not running here."""
         return self._begin_stop((job_id, attempt), "preempted", "preempted", grace)
 
@@ -153,7 +159,7 @@ class Supervisor:
                 return False
             wait = handle.spec.grace if grace is None else grace
             self._stops[key] = _Stop(state, reason, self.clock() + wait)
-            self.executor.signal_group(key, signal.SIGTERM)
+            self.executor.signal_group(key, self.executor.stop_signal)
             return True
 
     # -- watching ---------------------------------------------------------------------------

@@ -148,7 +148,12 @@ def test_gpu_and_fleet_variables_reach_the_job_and_cannot_be_spoofed(tmp_path):
         gpu_memory_mb=8000,
         gpu_compute_percent=50,
         grace=0.5,
-        env={"MY_VAR": "mine", "FLEET_JOB_ID": "spoofed", "CUDA_VISIBLE_DEVICES": "0,1,2,3"},
+        env={
+            "MY_VAR": "mine",
+            "FLEET_JOB_ID": "spoofed",
+            "CUDA_VISIBLE_DEVICES": "0,1,2,3",
+            "FLEET_CHECKPOINT_DIR": "/somewhere/else",
+        },
     )
 
     agent.wait_final(42, 3)
@@ -157,6 +162,7 @@ def test_gpu_and_fleet_variables_reach_the_job_and_cannot_be_spoofed(tmp_path):
         "CUDA_DEVICE_ORDER=PCI_BUS_ID",
         "CUDA_VISIBLE_DEVICES=1,3",
         "FLEET_ATTEMPT=3",
+        "FLEET_CHECKPOINT_SIGNAL=SIGTERM",
         "FLEET_GPU_COMPUTE_PERCENT=50",
         "FLEET_GPU_MEMORY_MB=8000",
         "FLEET_JOB_ID=42",
