@@ -24,3 +24,19 @@ def schedule_cycle() -> dict[str, Any] | None:
     if record is None:
         return None
     return {"cycle": record.pk, "placed": record.placed, "duration_ms": record.duration_ms}
+
+
+# One advisor run: every candidate policy over the recorded jobs, progress in the cache. Not
+# acks_late: a run lost with its worker is started again by hand, never twice by Redis.
+@shared_task(
+    name="scheduler.tasks.advisor_run",
+    queue=CONTROL_QUEUE,
+    ignore_result=True,
+    soft_time_limit=3540,
+    time_limit=3600,
+)
+def advisor_run(*, run_id: str) -> str | None:
+    from scheduler.advisor.runs import advisor_run_execute
+
+    run = advisor_run_execute(run_id=run_id)
+    return None if run is None else str(run["state"])

@@ -1,4 +1,4 @@
-from django.urls import path
+from django.urls import include, path
 from django.views.generic import RedirectView
 
 from fleet.web.views import (
@@ -28,6 +28,7 @@ urlpatterns = [
     path("usage/", usage.usage_page, name="usage"),
     path("usage.json", usage.usage_json, name="usage-json"),
     path("scheduler/", scheduler.scheduler_page, name="scheduler"),
+    path("advisor/", include("fleet.web.views.advisor")),
     path("scheduler/cycles.json", scheduler.scheduler_cycles_json, name="scheduler-cycles"),
     path("token/", token.token_page, name="token"),
     path("notifications/", notifications.notifications_page, name="notifications"),
