@@ -82,6 +82,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--token", help="API token (default: FLEET_TOKEN, else asked for)")
 
     p = command("submit", "submit a job (sbatch)", ["sbatch"])
+    p.add_argument(
+        "--array",
+        "-a",
+        metavar="INDICES",
+        help="a job array: one job per index, e.g. 0-99, 0-15:4, 1,3,5-7 (each job sees "
+        "FLEET_ARRAY_INDEX)",
+    )
     _job_options(p)
     p = command("estimate", "when a job would start, without submitting it")
     _job_options(p)
@@ -91,6 +98,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--team", "-A", help="only this team's jobs")
     p.add_argument("--all", "-a", action="store_true", help="finished jobs too (newest first)")
     p.add_argument("--limit", type=int, default=100, help="jobs listed (default 100)")
+    p.add_argument("--array", type=int, metavar="ID", help="only the tasks of this job array")
 
     p = command("show", "one job in full (scontrol show job)")
     p.add_argument("job", type=int)
@@ -101,6 +109,12 @@ def build_parser() -> argparse.ArgumentParser:
         p = command(name, text, ["scancel"] if name == "cancel" else [])
         p.add_argument("jobs", type=int, nargs="+", metavar="JOB")
         p.add_argument("--reason", default="")
+        if name == "cancel":
+            p.add_argument(
+                "--array",
+                action="store_true",
+                help="the numbers are job arrays: cancel every task of each that has not ended",
+            )
 
     p = command("logs", "a job's output")
     p.add_argument("job", type=int)

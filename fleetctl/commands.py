@@ -108,14 +108,44 @@ def cmd_login(args: argparse.Namespace) -> int:
     return 0
 
 
+def _ids_text(ids: list[int]) -> str:
+    """Job ids as ranges: 101-110,115."""
+    parts: list[str] = []
+    start = prev = None
+    for i in [*ids, None]:
+        if i is not None and prev is not None and i == prev + 1:
+            prev = i
+            continue
+        if start is not None:
+            parts.append(str(start) if start == prev else f"{start}-{prev}")
+        start = prev = i
+    return ",".join(parts)
+
+
 def cmd_submit(args: argparse.Namespace) -> int:
     body = _job_body(args)
+    if args.array is not None:
+        if not args.array.strip():
+            raise UsageError("--array takes indices, e.g. 0-99, 0-15:4 or 1,3,5-7.")
+        body["array"] = args.array.strip()
     job = Client.from_environment().request("POST", "jobs/", body=body)
     if args.json:
         _print_json(job)
+    elif "task_count" in job:
+        print(
+            f"Submitted job array {job['array_id']}: {job['task_count']} tasks, "
+            f"jobs {_ids_text(job['job_ids'])}"
+        )
     else:
         print(f"Submitted job {job['id']}")
     return 0
+
+
+def job_label(job: dict[str, Any]) -> str:
+    """ARRAY_INDEX for a task of a job array (like squeue), else the job id."""
+    if job.get("array_id") is not None:
+        return f"{job['array_id']}_{job['array_index']}"
+    return str(job["id"])
 
 
 def cmd_estimate(args: argparse.Namespace) -> int:
@@ -144,7 +174,7 @@ def _job_row(job: dict[str, Any], now: datetime) -> list[str]:
     gpus = job["gpus"] if job["gpus"] else f"{job.get('gpu_compute_percent') or 0}%"
     reason = job.get("node") or job.get("pending_reason") or job.get("state_reason") or ""
     return [
-        str(job["id"]), str(job.get("queue_position") or "-"), job["name"][:24], job["owner"],
+        job_label(job), str(job.get("queue_position") or "-"), job["name"][:24], job["owner"],
         job["team"], STATE_CODES.get(job["state"], job["state"]), str(gpus), when, reason[:80],
     ]  # fmt: skip
 
@@ -154,7 +184,16 @@ def cmd_ls(args: argparse.Namespace) -> int:
     if args.limit < 0:
         raise UsageError("--limit cannot be negative.")
     params: dict[str, Any] = {"team": args.team}
-    if args.all:
+    if args.array is not None:
+        # The tasks of one array, by index; ended ones only with --all.
+        params.update(array=args.array, ordering="id", page_size=max(1, min(args.limit, 500)))
+        if not args.all:
+            params["state"] = ["running", "assigned", "pending", "held"]
+        if args.mine:
+            params["mine"] = "true"
+        data = client.request("GET", "jobs/", params=params)
+        jobs = sorted(data["results"], key=lambda j: j.get("array_index") or 0)
+    elif args.all:
         params.update(ordering="-id", page_size=max(1, min(args.limit, 500)))
         if args.mine:
             params["mine"] = "true"
@@ -196,8 +235,17 @@ def _act(action: str) -> Callable[[argparse.Namespace], int]:
         client = Client.from_environment()
         failed = 0
         results = []
+        whole_arrays = getattr(args, "array", False)
         for job_id in args.jobs:
             try:
+                if whole_arrays:
+                    found = client.request(
+                        "POST", f"arrays/{job_id}/cancel/", body={"reason": args.reason}
+                    )
+                    results.append(found)
+                    if not args.json:
+                        print(f"job array {found['id']}: {found['cancelled']} tasks cancelled")
+                    continue
                 job = client.request(
                     "POST", f"jobs/{job_id}/{action}/", body={"reason": args.reason}
                 )

@@ -30,7 +30,7 @@ class QueueJobSerializer(serializers.ModelSerializer):
             "id", "name", "owner", "team", "state", "gpus", "gpu_memory_mb",
             "gpu_compute_percent", "gpu_model", "priority", "qos", "preemptible", "time_limit",
             "submitted_at", "queue_position", "eta", "pending_reason", "node", "gpu_indices",
-            "assigned_at", "started_at",
+            "assigned_at", "started_at", "array_id", "array_index",
         ]  # fmt: skip
 
     def get_node(self, job: Job) -> str | None:
