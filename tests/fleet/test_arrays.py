@@ -282,3 +282,22 @@ def test_team_idle_util_percent_is_held_to_0_100_by_the_database(team: Any) -> N
         with pytest.raises(IntegrityError), transaction.atomic():
             type(team).objects.filter(pk=team.pk).update(idle_util_percent=bad)
     type(team).objects.filter(pk=team.pk).update(idle_util_percent=100)
+
+
+def test_job_page_and_queue_show_the_task_as_array_and_index(
+    owner: Any, owner_api: Any, fleet_nodes: Any, client: Any
+) -> None:
+    body = _array(owner_api, "4-5").json()
+    task = Job.objects.get(array_id=body["array_id"], array_index=5)
+    Job.objects.filter(pk=body["job_ids"][0]).update(
+        state="running", node=fleet_nodes[0], gpu_indices=[0]
+    )
+    client.force_login(owner)
+    label = f"{body['array_id']}[5]"
+    page = client.get(f"/jobs/{task.pk}/").content.decode()
+    assert f"Job #{task.pk} · " in page and label in page
+    queue = client.get("/queue/").content.decode()
+    assert f"#{task.pk} {label} sweep" in queue
+    assert f"#{body['job_ids'][0]} {body['array_id']}[4] sweep" in queue
+    single = owner_api.post(SUBMIT, _job(), format="json").json()
+    assert "[" not in client.get(f"/jobs/{single['id']}/").content.decode().split("<h1>")[1][:40]
