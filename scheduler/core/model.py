@@ -90,6 +90,10 @@ class PendingJob:
     memory_mb: int = 0
     # Members must share one topology group (the admin requires it); otherwise preferred.
     same_group: bool = False
+    # Times the job was stopped and requeued (preemption cap), and when it last entered
+    # the queue (None: at submit), for starvation guards.
+    preemptions: int = 0
+    queued_at: float | None = None
 
     @property
     def is_fractional(self) -> bool:
@@ -145,6 +149,10 @@ class RunningJob:
     gpus_per_node: int = 0
     cpus: int = 0
     memory_mb: int = 0
+    # Times the job was stopped and requeued before this attempt (preemption cap), and when
+    # it entered the queue before this attempt (None: unknown).
+    preemptions: int = 0
+    queued_at: float | None = None
 
     @property
     def is_fractional(self) -> bool:

@@ -8,6 +8,15 @@ victim the job turns out not to need is dropped again. All victims of a one-node
 on the node it will use. The node whose set loses the least work (GPU-seconds run so far)
 wins, fewer victims breaking ties.
 
+What a preemption costs is `PreemptionCost` (settings "preemption_restart_overhead",
+"preemption_checkpoints", "preemption_checkpoint_interval", "preemption_max_per_job"): the
+restart overhead plus the progress the victim loses (all of this attempt without
+checkpoints, only the time since its last checkpoint with them), in GPU-seconds; victims are
+ranked by that cost, and a job preempted `max_per_job` times is not preempted again. The
+policies that preempt for efficiency (las, gittins, tiresias) preempt only when the gain
+pays for it: the waiting job's expected remaining service (`mean_residual`) plus the cost
+is below the victim's.
+
 A multi-node gang needs that on as many nodes as it has members, all with GPUs of one kind
 (and in one group when it says same_group): per node the cheapest set is found the same
 way (nothing, where a member fits already), and the cheapest nodes are taken. A running
@@ -17,7 +26,8 @@ lost work is the whole gang's.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,6 +62,134 @@ def lost_work(job: RunningJob, now: float) -> float:
     return max(0.0, now - job.started_at) * job.gpu_equivalent
 
 
+# Defaults of the preemption cost settings (scheduler/cycle/config.py declares them).
+RESTART_OVERHEAD_DEFAULT = 60.0  # seconds a restarted job spends before useful work
+CHECKPOINT_INTERVAL_DEFAULT = 0.0  # with checkpoints: 0 means continuous (nothing lost)
+MAX_PER_JOB_DEFAULT = 3  # preemptions a job may suffer; 0: no cap
+# The lost work counts this many times: the victim redoes it, and while it does the fleet
+# lacks that capacity for every other waiting job.
+COST_WEIGHT_DEFAULT = 2.0
+
+
+@dataclass(frozen=True, slots=True)
+class PreemptionCost:
+    """What stopping a running job costs, in GPU-seconds, and whether it may be stopped.
+
+    Cost = (restart overhead + progress lost) x the job's GPUs. Without checkpoints
+    (`checkpoints` false, fleet's default: a preempted job restarts from scratch) the
+    progress lost is the whole run time of this attempt; with them, the time since the last
+    checkpoint, taken every `checkpoint_interval` seconds from the attempt's start (0: the
+    job checkpoints continuously and loses nothing). A job already preempted `max_per_job`
+    times (0: no cap) is not preempted again, so no job is starved by churn.
+    """
+
+    restart_overhead: float = RESTART_OVERHEAD_DEFAULT
+    checkpoints: bool = False
+    checkpoint_interval: float = CHECKPOINT_INTERVAL_DEFAULT
+    max_per_job: int = MAX_PER_JOB_DEFAULT
+    cost_weight: float = COST_WEIGHT_DEFAULT
+
+    @classmethod
+    def from_settings(cls, settings: Mapping[str, Any]) -> PreemptionCost:
+        def get(key: str, default: Any) -> Any:
+            value = settings.get(key)
+            return default if value is None else value
+
+        return cls(
+            restart_overhead=max(
+                0.0, float(get("preemption_restart_overhead", RESTART_OVERHEAD_DEFAULT))
+            ),
+            checkpoints=bool(get("preemption_checkpoints", False)),
+            checkpoint_interval=max(
+                0.0, float(get("preemption_checkpoint_interval", CHECKPOINT_INTERVAL_DEFAULT))
+            ),
+            max_per_job=max(0, int(get("preemption_max_per_job", MAX_PER_JOB_DEFAULT))),
+            cost_weight=max(0.0, float(get("preemption_cost_weight", COST_WEIGHT_DEFAULT))),
+        )
+
+    def lost_seconds(self, job: RunningJob, now: float) -> float:
+        """Seconds of this attempt's progress a preemption now would throw away."""
+        ran = max(0.0, now - job.started_at)
+        if not self.checkpoints:
+            return ran
+        if self.checkpoint_interval <= 0:
+            return 0.0
+        return ran % self.checkpoint_interval
+
+    def seconds(self, job: RunningJob, now: float) -> float:
+        return self.restart_overhead + self.lost_seconds(job, now)
+
+    def gpu_seconds(self, job: RunningJob, now: float) -> float:
+        return self.seconds(job, now) * job.gpu_equivalent
+
+    def capped(self, job: Any) -> bool:
+        """Whether the job has been preempted as often as allowed."""
+        return self.max_per_job > 0 and getattr(job, "preemptions", 0) >= self.max_per_job
+
+    def pays(
+        self, waiting_remaining: float, victim_remaining: float, victim: RunningJob, now: float
+    ) -> str | None:
+        """Why preempting `victim` for a job expected to need `waiting_remaining` more
+        GPU-seconds pays (the victim is expected to need `victim_remaining`), or None.
+
+        The exchange argument behind SRPT and Gittins: running the smaller remainder first
+        saves the difference, and the preemption throws away its cost; it pays when the
+        difference is larger than the cost, counted `cost_weight` times (the victim redoes
+        the work, and meanwhile that capacity is missing for everyone else)."""
+        cost = self.gpu_seconds(victim, now)
+        if waiting_remaining + self.cost_weight * cost < victim_remaining:
+            times = "" if self.cost_weight == 1 else f"{self.cost_weight:g} x "
+            return (
+                f"expected to need {gpu_hours(victim_remaining)} more against "
+                f"{gpu_hours(waiting_remaining)}, which beats {times}the preemption's cost of "
+                f"{gpu_hours(cost)} ({self.explain(victim, now)})"
+            )
+        return None
+
+    def explain(self, job: RunningJob, now: float) -> str:
+        lost = self.lost_seconds(job, now)
+        if not self.checkpoints:
+            what = f"{_secs(lost)} of progress without a checkpoint"
+        elif lost <= 0:
+            what = "nothing lost past its checkpoint"
+        else:
+            what = f"{_secs(lost)} since its last checkpoint"
+        return f"{_secs(self.restart_overhead)} restart + {what}"
+
+
+def gpu_hours(gpu_seconds: float) -> str:
+    return f"{gpu_seconds / 3600:.3g} GPU-h"
+
+
+def _secs(seconds: float) -> str:
+    if seconds < 120:
+        return f"{seconds:.0f} s"
+    if seconds < 7200:
+        return f"{seconds / 60:.0f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def mean_residual(atoms: Sequence[float], attained: float, cap: float = math.inf) -> float:
+    """Expected GPU-seconds still to come for a job that has attained `attained`, when job
+    sizes follow the equal-mass `atoms` (sorted) and the job cannot exceed `cap`:
+    E[min(S, cap) - a | S > a]. With no atom above `attained` (older than anything seen), or
+    no atoms at all, it is `attained` again, capped (a heavy tail's rule of thumb: a job
+    is expected to run as long again as it has)."""
+    a = max(0.0, attained)
+    if cap <= a:
+        return 0.0
+    total = 0.0
+    count = 0
+    for s in reversed(atoms):
+        if s <= a:
+            break
+        total += min(s, cap) - a
+        count += 1
+    if not count:
+        return min(a, cap - a)
+    return total / count
+
+
 def qos_rank(qos: str, settings: Any) -> int:
     ranks = settings.get("qos_ranks") or QOS_RANKS_DEFAULT
     return int(ranks.get(qos, ranks.get("normal", 0)))
@@ -64,8 +202,13 @@ def choose_victims(
     now: float,
     *,
     max_nodes: int = 64,
+    cost: Callable[[RunningJob, float], float] | None = None,
 ) -> Victims | None:
     """The cheapest set of allowed running jobs whose end lets `job` fit, or None.
+
+    `cost(victim, now)` is what losing a victim costs (default: the GPU-seconds it has run
+    in this attempt, `lost_work`); `PreemptionCost.gpu_seconds` adds restarts and counts
+    checkpoints.
 
     Nodes are visited by the least work their cheapest victim would lose (no set on a node
     can lose less), stopping once that bound exceeds the best set found or after
@@ -74,8 +217,9 @@ def choose_victims(
     by_node: dict[str, list[Share]] = {}
     least: dict[str, float] = {}  # per node, the least work one of its victims would lose
     schedulable: dict[str, bool] = {}
+    price = cost or lost_work
     for victim in allowed:
-        lost = lost_work(victim, now)
+        lost = price(victim, now)
         spots = (
             [(victim.node, victim.gpu_indices)]
             if not victim.members
@@ -96,7 +240,7 @@ def choose_victims(
                 if lost < least[node]:
                     least[node] = lost
     if node_count(job) > 1:
-        return _for_gang(job, cap, by_node, least, now, max_nodes)
+        return _for_gang(job, cap, by_node, least, now, max_nodes, price)
     k = max(job.gpus, 1)
     ranked = [(least[node], node, victims) for node, victims in by_node.items()]
     ranked.sort(key=lambda item: (item[0], item[1]))
@@ -110,7 +254,8 @@ def choose_victims(
         if not shares or len(eligible) < k:
             continue
         visited += 1
-        found = _on_node(job, k, cap, node, _ordered(shares, now), eligible, now)
+        ordered = _ordered(shares, now, cost)
+        found = _on_node(job, k, cap, node, ordered, eligible, now, price)
         if found is None:
             continue
         key = (found.lost_gpu_seconds, len(found.jobs))
@@ -119,7 +264,11 @@ def choose_victims(
     return best
 
 
-def _ordered(shares: list[Share], now: float) -> list[Share]:
+def _ordered(
+    shares: list[Share], now: float, cost: Callable[[RunningJob, float], float] | None = None
+) -> list[Share]:
+    if cost is not None:
+        return sorted(shares, key=lambda s: (cost(s[0], now), s[0].gpu_equivalent, s[0].id))
     return sorted(shares, key=lambda s: (now - s[0].started_at, s[0].gpu_equivalent, s[0].id))
 
 
@@ -130,6 +279,7 @@ def _for_gang(
     least: dict[str, float],
     now: float,
     max_nodes: int,
+    price: Callable[[RunningJob, float], float] = lost_work,
 ) -> Victims | None:
     """Victims freeing a member's worth on enough distinct nodes, GPUs of one kind.
 
@@ -161,8 +311,8 @@ def _for_gang(
             if len(eligible) < per:
                 continue
             shares = [v for v in by_node.get(node, ()) if any(i in eligible for i in v[1])]
-            ordered = _ordered(shares, now)
-            found = _on_node(job, per, cap, node, ordered, eligible, now, as_is=True)
+            ordered = _ordered(shares, now, None if price is lost_work else price)
+            found = _on_node(job, per, cap, node, ordered, eligible, now, price, as_is=True)
             if found is not None:
                 entry = (found.lost_gpu_seconds, len(found.jobs), node, found)
                 per_kind.setdefault(kind, []).append(entry)
@@ -182,7 +332,7 @@ def _for_gang(
                 continue
             picked = chosen[:need]
             jobs = {j.id: j for v in picked for j in v.jobs}
-            key = (sum(lost_work(j, now) for j in jobs.values()), len(jobs))
+            key = (sum(price(j, now) for j in jobs.values()), len(jobs))
             if best is None or key < best[0]:
                 best = (key, picked)
     if best is None:
@@ -209,6 +359,7 @@ def _on_node(
     ordered: list[Share],
     eligible: dict[int, GpuState],
     now: float,
+    price: Callable[[RunningJob, float], float] = lost_work,
     *,
     as_is: bool = False,
 ) -> Victims | None:
@@ -233,7 +384,7 @@ def _on_node(
         again = _fit_after(job, k, eligible, base, host, now_free, rest)
         if again is not None:
             chosen, target = rest, again
-    lost = sum(lost_work(c[0], now) for c in chosen)
+    lost = sum(price(c[0], now) for c in chosen)
     return Victims(node, target, tuple(c[0] for c in chosen), lost)
 
 

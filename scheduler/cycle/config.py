@@ -95,6 +95,60 @@ COMMON: dict[str, Param] = {
         "numbers", None, 0.0, help="GPU-hours bounding LAS queues.", maximum=1e9
     ),
     "las_preemption": Param("bool", True),
+    # What a preemption costs and when it pays (scheduler/core/preemption.py,
+    # docs/preemption.md); read by every policy's cycle.
+    "preemption_restart_overhead": Param(
+        "number", 60.0, 0.0, help="Seconds a preempted job spends restarting.", maximum=DAY
+    ),
+    "preemption_checkpoints": Param(
+        "bool", False, help="Jobs resume from checkpoints (else a preempted job starts over)."
+    ),
+    "preemption_checkpoint_interval": Param(
+        "number",
+        0.0,
+        0.0,
+        help="Seconds between a job's checkpoints (0: continuous).",
+        maximum=DAY,
+    ),
+    "preemption_max_per_job": Param(
+        "int", 3, 0, help="Preemptions a job may suffer (0: no cap).", maximum=1_000
+    ),
+    "preemption_cost_weight": Param(
+        "number",
+        2.0,
+        0.0,
+        help="Times a preemption's lost GPU-time counts against its gain.",
+        maximum=1e3,
+    ),
+    "preemption_gain_check": Param(
+        "bool", True, help="las and gittins preempt only when the expected gain beats the cost."
+    ),
+    "gittins_margin": Param(
+        "number", 0.5, 0.0, help="Index advantage a waiting job needs to preempt.", maximum=1e3
+    ),
+    "gittins_min_slice": Param(
+        "number", 300.0, 0.0, help="Seconds a job runs before it may be preempted.", maximum=DAY
+    ),
+    "gittins_use_limits": Param("bool", True, help="Job sizes scale with time limits."),
+    "gittins_preemption": Param("bool", True),
+    "tiresias_threshold": Param(
+        "number", 16.0, 0.0, help="GPU-hours at which a job drops to the low queue.", maximum=1e6
+    ),
+    "tiresias_starve": Param(
+        "number",
+        10.0,
+        0.0,
+        help="Promote a waiting job after STARVE x its run time (0: never).",
+        maximum=1e6,
+    ),
+    "tiresias_preemption": Param("bool", True),
+    "tiresias_max_preemptions": Param(
+        "int",
+        0,
+        0,
+        help="Per-job preemption cap for tiresias (0: none, as published).",
+        maximum=1_000,
+    ),
     "seed": Param("int", 0, 0, help="Seed of the random search policies.", maximum=2**32 - 1),
     "prediction_history": Param(
         "int",
@@ -115,6 +169,13 @@ COMMON: dict[str, Param] = {
     ),
     "eta_horizon": Param(
         "number", 30 * 86400.0, 0.0, help="Seconds the ETA forecast covers.", maximum=YEAR
+    ),
+    "placement": Param(
+        "str",
+        "fragmentation",
+        choices=("fragmentation", "best_fit"),
+        help="Where jobs go: least rise in fragmentation for the recent request mix, or "
+        "plain best fit (docs/packing.md).",
     ),
 }
 

@@ -345,6 +345,7 @@ def build_snapshot(*, now: datetime | None = None, save_usage: bool = True) -> D
                 gpus_per_node=per_node,
                 cpus=cpus,
                 memory_mb=memory_mb,
+                preemptions=requeues,
             )
         )
         snap.attempts[job_id] = attempt
@@ -355,7 +356,7 @@ def build_snapshot(*, now: datetime | None = None, save_usage: bool = True) -> D
     queued: list[PendingJob] = []
     for (
         job_id, team_id, owner_id, submitted, limit, gpus, mem, comp, model, min_mem,
-        priority, qos, preemptible, name, attempt, reason, position, eta, _requeues,
+        priority, qos, preemptible, name, attempt, reason, position, eta, requeues,
         per_node, cpus, memory_mb, same_group,
     ) in pending:  # fmt: skip
         queued.append(
@@ -380,6 +381,7 @@ def build_snapshot(*, now: datetime | None = None, save_usage: bool = True) -> D
                 cpus=cpus,
                 memory_mb=memory_mb,
                 same_group=same_group,
+                preemptions=requeues,
             )
         )
         snap.attempts[job_id] = attempt

@@ -36,7 +36,7 @@ from scheduler.core.model import (
     Wait,
 )
 from scheduler.core.placement import Choice, FreeCapacity, Members
-from scheduler.core.preemption import choose_victims, qos_rank
+from scheduler.core.preemption import PreemptionCost, choose_victims, qos_rank
 from scheduler.core.quota import QuotaLedger
 from scheduler.core.reservation import (
     earliest_start,
@@ -98,7 +98,12 @@ class Cycle:
         self._blocked_by: int | None = None
         self._preempt_fails: set[tuple[Any, ...]] = set()
         self._profile: FleetProfile | None = None
-        self._preemptible = [r for r in snapshot.running if r.preemptible]
+        # What a preemption costs, and the per-job cap: a job preempted that often already
+        # is no longer a victim (scheduler/core/preemption.py).
+        self.costs = PreemptionCost.from_settings(self.settings)
+        self._preemptible = [
+            r for r in snapshot.running if r.preemptible and not self.costs.capped(r)
+        ]
         self._reclaim_on = bool(self.settings.get("preemption", True))
         self._qos_on = bool(self.settings.get("qos_preemption", False))
         self._max_preempts = int(self.settings.get("max_preemptions_per_cycle", 32))
@@ -369,7 +374,11 @@ class Cycle:
             if why is not None:
                 reasons[victim.id] = why
         allowed = [r for r in self._preemptible if r.id in reasons]
-        victims = choose_victims(job, self.cap, allowed, self.now) if allowed else None
+        victims = (
+            choose_victims(job, self.cap, allowed, self.now, cost=self.costs.gpu_seconds)
+            if allowed
+            else None
+        )
         if victims is None:
             self._preempt_fails.add(key)
             return False

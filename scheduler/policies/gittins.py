@@ -7,6 +7,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from scheduler.core.model import PendingJob, Plan, RunningJob, Snapshot
+from scheduler.core.preemption import PreemptionCost, mean_residual
 from scheduler.core.service_distribution import ServiceDistribution, bucket
 from scheduler.policies.base import Cycle
 
@@ -28,7 +29,11 @@ class GittinsPolicy:
     is lower by the margin (settings "gittins_margin", default 0.5: 1.5x) and that have run
     at least the minimum slice in their current attempt (settings "gittins_min_slice",
     default 300 s), so that jobs do not thrash; settings "gittins_preemption" (default on)
-    turns this off. Without any distribution (fewer than 20 finished jobs) the index is
+    turns this off. It preempts only when that pays for itself (settings
+    "preemption_gain_check", default on): the waiting job's expected remaining service (from
+    the same distribution, `mean_residual`) plus the preemption's cost (restart and lost
+    progress, `PreemptionCost`) is below the victim's; a job preempted
+    "preemption_max_per_job" times (default 3) is not preempted again. Without any distribution (fewer than 20 finished jobs) the index is
     1 / (attained + 1): least attained service.
 
     Trade-off: needs no runtime estimates and learns from history how long jobs run and how
@@ -113,13 +118,41 @@ class GittinsPolicy:
 
         running_of = {r.id: running_index(r) for r in snapshot.running}
 
+        def remaining(attained: float, limit: float, gpus: float) -> float:
+            """Expected GPU-seconds still to come, from the distribution the index uses."""
+            cap = limit * gpus
+            if ratios is not None and cap > 0:
+                return cap * mean_residual(ratios.atoms, attained / cap, 1.0)
+            atoms = dist.atoms if dist is not None else ()
+            return mean_residual(atoms, attained, cap if use_limits and cap > 0 else math.inf)
+
+        costs = PreemptionCost.from_settings(snapshot.settings)
+        check_gain = bool(snapshot.settings.get("preemption_gain_check", True))
+        pending_left: dict[int, float] = {}
+        victim_left: dict[int, float] = {}
+
         def victim_rule(job: PendingJob, victim: RunningJob) -> str | None:
             if now - victim.started_at < min_slice:
                 return None
             mine, theirs = pending_index[job.id], running_of[victim.id]
-            if mine > theirs * (1.0 + margin):
-                return f"Gittins index {_fmt(mine)} beats {_fmt(theirs)} by more than {margin:g}x"
-            return None
+            if mine <= theirs * (1.0 + margin):
+                return None
+            why = f"Gittins index {_fmt(mine)} beats {_fmt(theirs)} by more than {margin:g}x"
+            if not check_gain:
+                return why
+            left = pending_left.get(job.id)
+            if left is None:
+                left = pending_left[job.id] = remaining(
+                    job.attained_service, job.time_limit, job.gpu_equivalent
+                )
+            other = victim_left.get(victim.id)
+            if other is None:
+                ran = max(now - victim.started_at, 0.0) * victim.gpu_equivalent
+                other = victim_left[victim.id] = remaining(
+                    victim.attained_service + ran, victim.time_limit, victim.gpu_equivalent
+                )
+            pays = costs.pays(left, other, victim, now)
+            return None if pays is None else f"{why}; {pays}"
 
         preempt = bool(snapshot.settings.get("gittins_preemption", True))
         cycle = Cycle(

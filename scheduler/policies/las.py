@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from scheduler.core.model import PendingJob, Plan, RunningJob, Snapshot
+from scheduler.core.preemption import PreemptionCost, mean_residual
 from scheduler.policies.base import Cycle, cycle_may_preempt
 
 # GPU-seconds of attained service at which a job drops to the next queue: 1, 10, 100 GPU-hours.
@@ -18,7 +19,12 @@ class LasPolicy:
     discretized queues (settings "las_queue_thresholds", default 1, 10 and 100 GPU-hours)
     and in submit order within a queue. A pending job that does not fit may preempt
     preemptible running jobs sitting in a later queue (settings "las_preemption", default
-    on), which are requeued.
+    on), which are requeued, when the preemption pays for itself (settings
+    "preemption_gain_check", default on): the waiting job's expected remaining service plus
+    the preemption's cost (restart, lost progress: `PreemptionCost`) is below the victim's,
+    both learned from finished jobs' sizes (`Snapshot.service_distribution`; without them a
+    job is expected to need as much again as it has attained). A job preempted
+    "preemption_max_per_job" times (default 3) is not preempted again.
 
     Trade-off: needs no runtime estimates and favours short jobs, since every job starts
     in the first queue and long ones sink; but it preempts (requeue and checkpoint costs),
@@ -66,13 +72,28 @@ class LasPolicy:
         def pending_queue(job: PendingJob) -> int:
             return bisect_right(bounds, job.attained_service)
 
+        costs = PreemptionCost.from_settings(snapshot.settings)
+        check_gain = bool(snapshot.settings.get("preemption_gain_check", True))
+        atoms = tuple(sorted(snapshot.service_distribution))
+        victim_left: dict[int, float] = {}
+
         def victim_rule(job: PendingJob, victim: RunningJob) -> str | None:
-            if queue_of[victim.id] > pending_queue(job):
-                return (
-                    f"least attained service: it is in queue {queue_of[victim.id] + 1}, "
-                    f"job {job.id} in queue {pending_queue(job) + 1}"
+            if queue_of[victim.id] <= pending_queue(job):
+                return None
+            why = (
+                f"least attained service: it is in queue {queue_of[victim.id] + 1}, "
+                f"job {job.id} in queue {pending_queue(job) + 1}"
+            )
+            if not check_gain:
+                return why
+            theirs = victim_left.get(victim.id)
+            if theirs is None:
+                ran = max(now - victim.started_at, 0.0) * victim.gpu_equivalent
+                theirs = victim_left[victim.id] = mean_residual(
+                    atoms, victim.attained_service + ran
                 )
-            return None
+            pays = costs.pays(mean_residual(atoms, job.attained_service), theirs, victim, now)
+            return None if pays is None else f"{why}; {pays}"
 
         preempt = bool(snapshot.settings.get("las_preemption", True))
         cycle = Cycle(
@@ -80,7 +101,10 @@ class LasPolicy:
             self.name,
             preempt=True,
             victim_rule=victim_rule if preempt else None,
-            rule_key=pending_queue,
+            # The gain check reads the job's attained service, not only its queue.
+            rule_key=(lambda j: (pending_queue(j), j.attained_service))
+            if check_gain
+            else pending_queue,
         )
         cycle.consider_all(self.order(snapshot))
         return cycle.plan()

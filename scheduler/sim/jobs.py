@@ -47,6 +47,9 @@ class JobSpec:
     # Host CPU cores and memory (MiB) per member; 0 asks for none.
     cpus: int = 0
     memory_mb: int = 0
+    # Whether a preemption keeps the job's progress (it writes to FLEET_CHECKPOINT_DIR and
+    # resumes from it); None: the run's SimConfig.checkpointing decides.
+    checkpointed: bool | None = None
 
     @property
     def nodes(self) -> int:

@@ -4,7 +4,7 @@
 - Makespan (last finish - first submit) and GPU utilization (GPU-seconds held by jobs, lost
   work included, / (GPUs x makespan)); `useful_utilization` counts only work that finished.
 - Preemptions (in all and per job) and lost GPU-seconds and GPU-hours (discarded progress
-  plus restart overheads: what restarts cost).
+  plus restart overheads: what restarts cost), and `lost_share`: lost / all GPU-seconds held.
 - Multi-node gangs: how many (`gangs`), their avg JCT, `spread_gpu_seconds` (what the gang
   spread slowdown cost), and `gang_wait_share`: GPU-seconds left idle while the oldest waiting
   job was a multi-node gang, / (GPUs x makespan): the share of the cluster's GPU-time lost to
@@ -109,6 +109,8 @@ def compute_metrics(result: SimResult) -> dict[str, Any]:
     out["preemptions_per_job"] = out["preemptions"] / len(runs) if runs else 0.0
     out["lost_gpu_seconds"] = sum(r.lost_gpu_seconds for r in runs)
     out["lost_gpu_hours"] = out["lost_gpu_seconds"] / 3600.0
+    # Lost GPU-hours as a share of all GPU-hours held (lost ones included).
+    out["lost_share"] = out["lost_gpu_seconds"] / busy if busy > 0 else 0.0
     out["spread_gpu_seconds"] = sum(r.spread_gpu_seconds for r in runs)
     gangs = [r for r in done if r.spec.nodes > 1]
     out["gangs"] = sum(r.spec.nodes > 1 for r in runs)

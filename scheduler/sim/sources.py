@@ -101,10 +101,29 @@ def _opt_int(value: Any) -> int | None:
     return int(float(value))
 
 
+CHECKPOINTED_WORDS = {"1": True, "true": True, "yes": True, "0": False, "false": False, "no": False}
+
+
+def _opt_checkpointed(value: Any, where: str, n: int) -> bool | None:
+    """The `checkpointed` column: true/false (1/0, yes/no), or empty for the run's default."""
+    if value is None or isinstance(value, bool):
+        return value
+    text = str(value).strip().lower()
+    if not text:
+        return None
+    if text not in CHECKPOINTED_WORDS:
+        raise ValueError(
+            f"{where}: row {n}: checkpointed={value!r}; give true or false, or leave it empty "
+            "for the run's --checkpointing"
+        )
+    return CHECKPOINTED_WORDS[text]
+
+
 def _generic(rows: list[dict[str, Any]], where: str) -> list[JobSpec]:
     """Generic rows: submit, duration, gpus, team, user, name; time_limit, gpu_model,
     gpu_memory_mb, gpu_compute_percent, priority, gpus_per_node, cpus, memory_mb (host memory
-    per node, MiB) optional. `submit` is seconds or an ISO time."""
+    per node, MiB), checkpointed (whether a preemption keeps its progress; empty: the run's
+    --checkpointing) optional. `submit` is seconds or an ISO time."""
     parsed = []
     for n, row in enumerate(rows, start=1):
         try:
@@ -135,6 +154,7 @@ def _generic(rows: list[dict[str, Any]], where: str) -> list[JobSpec]:
             gpus_per_node=_opt_int(row.get("gpus_per_node")) or 0,
             cpus=_opt_int(row.get("cpus")) or 0,
             memory_mb=_opt_int(row.get("memory_mb")) or 0,
+            checkpointed=_opt_checkpointed(row.get("checkpointed"), where, n),
         )
         parsed.append((submit, fields))
     parsed.sort(key=lambda p: p[0])

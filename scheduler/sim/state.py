@@ -96,6 +96,7 @@ class JobRun:
     done_work: float = 0.0  # useful seconds kept from earlier attempts (checkpointing)
     attained: float = 0.0  # GPU-seconds run by earlier attempts
     preemptions: int = 0
+    queued_at: float | None = None  # when a preemption last requeued it (None: never)
     lost_gpu_seconds: float = 0.0
     busy_gpu_seconds: float = 0.0
     predicted: float | None = None
@@ -388,8 +389,17 @@ class SimState:
             gpus_per_node=spec.gpus_per_node,
             cpus=spec.cpus,
             memory_mb=spec.memory_mb,
+            preemptions=run.preemptions,
+            queued_at=spec.submit if run.queued_at is None else run.queued_at,
         )
         return None
+
+    def _keeps_progress(self, spec: JobSpec) -> bool:
+        """Whether a preemption keeps the attempt's work: the job's own `checkpointed` (a
+        trace column: whether it writes to FLEET_CHECKPOINT_DIR), else the config's."""
+        if spec.checkpointed is not None:
+            return spec.checkpointed
+        return self.config.checkpointing
 
     def _requeueable(self, run: JobRun) -> bool:
         limit = self.config.max_requeues
@@ -409,7 +419,7 @@ class SimState:
         run.preemptions += 1
         self.preemptions += 1
         progress = max(0.0, ran - run.overhead) / run.slowdown
-        if free or self.config.checkpointing:
+        if free or self._keeps_progress(spec):
             run.done_work += progress
             run.lost_gpu_seconds += min(ran, run.overhead) * g
             run.spread_gpu_seconds += progress * (run.slowdown - 1.0) * g
@@ -420,6 +430,7 @@ class SimState:
             run.overhead = self.config.restart_overhead
         if requeue and (free or self._requeueable(run)):
             run.state = "pending"
+            run.queued_at = self.now
             self._queue(run)
         else:
             run.state = "killed"
@@ -500,6 +511,8 @@ class SimState:
             gpus_per_node=spec.gpus_per_node,
             cpus=spec.cpus,
             memory_mb=spec.memory_mb,
+            preemptions=run.preemptions,
+            queued_at=run.queued_at,
         )
 
     def node_states(self) -> tuple[NodeState, ...]:

@@ -162,9 +162,14 @@ def test_with_limit_ratios_a_job_close_to_its_limit_keeps_running() -> None:
     near_end = running(9, "n1", (0,), started=10_000.0 - 3000.0, limit=3600.0)
     plan = get_policy("gittins").schedule(_ratio_snap([job(1, limit=3600.0)], [near_end]))
     assert plan.preempts == ()
-    # Without the ratios the heavy-tailed sizes say a job 50 min in is a long one.
-    plain = get_policy("gittins").schedule(_snap([job(1, limit=3600.0)], [near_end]))
+    # Without the ratios the heavy-tailed sizes say a job 50 min in is a long one: its
+    # index is lower...
+    waiting = [job(1, limit=3600.0)]
+    plain = get_policy("gittins").schedule(_snap(waiting, [near_end], preemption_gain_check=False))
     assert [p.job_id for p in plain.preempts] == [9]
+    # ...but capped at its limit it has 10 minutes left at most, against 38 expected of the
+    # fresh job: preempting it would not pay.
+    assert get_policy("gittins").schedule(_snap(waiting, [near_end])).preempts == ()
 
 
 def test_same_snapshot_same_plan() -> None:
