@@ -47,6 +47,13 @@ from scheduler.core._capacity_index import (
     node_count,
     per_node_gpus,
 )
+from scheduler.core.fragmentation import (
+    Demand,
+    Scorer,
+    choose_fraction,
+    choose_whole,
+    demand_of_snapshot,
+)
 from scheduler.core.model import FULL_COMPUTE, GpuState, Member, NodeState, Snapshot
 
 Choice = tuple[str, tuple[int, ...]]
@@ -94,7 +101,10 @@ def _template(state: NodeState) -> _Template:
 
 
 class FreeCapacity:
-    def __init__(self, nodes: tuple[NodeState, ...]) -> None:
+    def __init__(self, nodes: tuple[NodeState, ...], demand: Demand | None = None) -> None:
+        # With a demand, one-node jobs and gang members go where they fragment the fleet
+        # least for that demand (scheduler.core.fragmentation); without, plain best fit.
+        self._scorer = None if demand is None else Scorer(demand)
         templates = [_template(n) for n in nodes]
         self._by_index = {t.node.name: t.by_index for t in templates}
         self._nodes = [_Node.copy_of(t.node, pos) for pos, t in enumerate(templates)]
@@ -122,7 +132,15 @@ class FreeCapacity:
 
     @classmethod
     def from_snapshot(cls, snapshot: Snapshot) -> FreeCapacity:
-        return cls(snapshot.nodes)
+        """Fragmentation-aware for the snapshot's demand, unless settings "placement" is
+        "best_fit"."""
+        if snapshot.settings.get("placement", "fragmentation") == "best_fit":
+            return cls(snapshot.nodes)
+        return cls(snapshot.nodes, demand_of_snapshot(snapshot))
+
+    @property
+    def fragmentation_aware(self) -> bool:
+        return self._scorer is not None
 
     # -- constraints -------------------------------------------------------------------
 
@@ -206,7 +224,9 @@ class FreeCapacity:
         if job.gpus_per_node and job.gpus > job.gpus_per_node:
             raise ValueError(f"job {job.id} spans several nodes: use best_fit_members")
         kinds = self._eligible_kinds(job)
-        if self._host and (job.cpus or job.memory_mb):
+        if self._scorer is not None:
+            choice = self._least_fragmenting(job, kinds)
+        elif self._host and (job.cpus or job.memory_mb):
             host = (job.cpus, job.memory_mb)
             if job.gpus:
                 choice = self._best_whole_host(job.gpus, kinds, host)
@@ -219,6 +239,21 @@ class FreeCapacity:
         if choice is None:
             self._fails.add(shape)
         return choice
+
+    def _least_fragmenting(self, job: Any, kinds: list[_KindIndex]) -> Choice | None:
+        assert self._scorer is not None
+        host = (job.cpus, job.memory_mb) if self._host and (job.cpus or job.memory_mb) else None
+        if job.gpus:
+            found = choose_whole(self._scorer, kinds, self._nodes, job.gpus, host)
+            if found is None:
+                return None
+            node, kind = found
+            return node.name, tuple(node.gpus[p].index for p in node.whole[kind][: job.gpus])
+        mem, comp = _request(job)
+        spot = choose_fraction(self._scorer, kinds, self._nodes, comp, mem, host)
+        if spot is None:
+            return None
+        return spot[0].name, (spot[0].gpus[spot[1]].index,)
 
     def best_fit_ignoring_host(self, job: Any) -> Choice | None:
         """Where a one-node job would go if host CPUs and memory did not count (for
@@ -262,23 +297,34 @@ class FreeCapacity:
         return by_group
 
     def _best_spread(self, job: Any, kinds: list[_KindIndex]) -> Members | None:
-        """Per GPU kind, nodes are scanned from the fewest free GPUs up; the first count at
-        which one group holds every member settles that kind (the group whose members
-        leave the fewest GPUs behind), so a busy fleet is not scanned whole. Only when no
-        group can hold them all are the members spread over the fewest groups."""
+        """Per GPU kind, nodes are scanned from the fewest free GPUs up (fragmentation-aware:
+        from the free count where a member raises fragmentation least up); the first count
+        at which one group holds every member settles that kind (the group whose members
+        leave the fewest GPUs behind, or raise fragmentation least), so a busy fleet is not
+        scanned whole. Only when no group can hold them all are the members spread over the
+        fewest groups."""
         need, per = node_count(job), per_node_gpus(job)
         host = host_request(job)
         check = self._host and (host[0] or host[1])
         same_group = bool(job.same_group)
         nodes = self._nodes
-        best: tuple[tuple[int, int, int], _KindIndex, list[tuple[int, int]]] | None = None
+        scorer = self._scorer
+        best: tuple[tuple[Any, ...], _KindIndex, list[tuple[int, int]]] | None = None
         for ki in kinds:
             if ki.whole_total < need * per:
                 continue
+            kind = (ki.model, ki.memory_mb)
+            level: dict[int, float] = {}
+            counts_order: list[int] = list(range(per, len(ki.buckets)))
+            if scorer is not None:
+                level = {c: scorer.whole(kind, c, per) for c in counts_order}
+                counts_order.sort(key=lambda c: (level[c], c))
+            else:
+                level = {c: float(c) for c in counts_order}
             by_group: dict[str, list[tuple[int, int]]] = {}
-            found: tuple[tuple[int, int, int], list[tuple[int, int]]] | None = None
-            for count in range(per, len(ki.buckets)):
-                if best is not None and best[0][0] == 1 and count > best[0][1]:
+            found: tuple[tuple[Any, ...], list[tuple[int, int]]] | None = None
+            for count in counts_order:
+                if best is not None and best[0][0] == 1 and level[count] > best[0][1]:
                     break
                 if not (ki.bmask >> count) & 1:
                     continue
@@ -287,20 +333,20 @@ class FreeCapacity:
                         continue
                     by_group.setdefault(nodes[pos].group, []).append((count, pos))
                 complete = [
-                    (sum(c for c, _ in cands[:need]), group)
+                    (sum(level[c] for c, _ in cands[:need]), group)
                     for group, cands in by_group.items()
                     if len(cands) >= need and (group or not same_group)
                 ]
                 if complete:
                     total, group = min(complete)
-                    found = ((1, count, total), by_group[group][:need])
+                    found = ((1, level[count], total), by_group[group][:need])
                     break
             if found is None and not same_group:
                 picked = spread(by_group, need, False)
                 if picked is not None:
                     groups, chosen = picked
-                    counts = [c for c, _ in chosen]
-                    found = ((groups, max(counts), sum(counts)), chosen)
+                    levels = [level[c] for c, _ in chosen]
+                    found = ((groups, max(levels), sum(levels)), chosen)
             if found is not None and (best is None or found[0] < best[0]):
                 best = (found[0], ki, found[1])
         if best is None:
