@@ -296,3 +296,69 @@ def test_preempted_on_one_node_the_job_resumes_on_another_sharing_the_root(
     browser.force_login(owner)
     page = browser.get(f"/jobs/{job.pk}/").content.decode()
     assert "attempt 2 resumed from checkpoint" in page
+
+
+# -- the agent runtime (no broker) ------------------------------------------------------------
+
+
+def runtime_agent(state_dir: Path, root: Path, sent: list, **config: Any) -> Any:
+    from workers.gpu import SimulatedGpuBackend
+    from workers.runtime import Agent as Runtime
+    from workers.runtime import AgentConfig
+
+    cfg = AgentConfig(
+        node="unit",
+        state_dir=state_dir,
+        job_grace=1.0,
+        job_accounts=JobAccounts.own(),
+        checkpoint_root=root,
+        checkpoint_signal=signal.SIGUSR1,
+        **config,
+    )
+    backend = SimulatedGpuBackend("1xA100-80GB", node_name="unit", seed=3)
+    return Runtime(cfg, backend=backend, send=lambda task, **kw: sent.append((task, kw)))
+
+
+def test_reports_say_resumed_and_a_running_jobs_directory_is_never_swept(
+    tmp_path: Path, shared_root: Path
+) -> None:
+    from workers.runtime import REPORT_TASK
+
+    sent: list = []
+    agent = runtime_agent(tmp_path / "state", shared_root, sent, checkpoint_retention_s=60)
+    directory = shared_root / "vision" / "5"
+    directory.mkdir(parents=True)
+    (directory / "ckpt.pt").write_text("weights")
+    agent.start_job(5, 2, {"command": "sleep 30", "team": "vision"})
+    marker = shared_root / "vision" / "5.used"
+    os.utime(marker, (0, 0))  # as if unused for years
+
+    agent.heartbeat()  # a running job's directory is in use
+    assert marker.stat().st_mtime > 1e9
+    os.utime(marker, (0, 0))
+    assert agent.checkpoint_sweep() == [] and directory.exists()  # runs here: kept
+    reports = [kw for task, kw in sent if task == REPORT_TASK]
+    assert [(r["state"], r.get("resumed")) for r in reports] == [("running", True)]
+    agent.stop_job(5, 2)
+    agent.supervisor.poll()
+
+
+def test_a_lease_that_runs_out_warns_the_job_with_the_checkpoint_signal(
+    tmp_path: Path, shared_root: Path
+) -> None:
+    sent: list = []
+    agent = runtime_agent(tmp_path / "state", shared_root, sent, lease_seconds=1.0)
+    agent.start_job(
+        6,
+        1,
+        {
+            "command": "trap 'echo saved > \"$FLEET_CHECKPOINT_DIR/step\"; exit 0' USR1; "
+            "while true; do sleep 0.1; done"
+        },
+    )
+    saved = shared_root / "_" / "6" / "step"  # a start without a team: "_"
+    deadline = time.monotonic() + 10
+    while not saved.exists():  # no acknowledgement: the shim stops the job on its own
+        assert time.monotonic() < deadline, "the job was never warned"
+        time.sleep(0.05)
+    assert saved.read_text() == "saved\n"
