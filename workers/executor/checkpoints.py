@@ -74,15 +74,6 @@ def parse_signal(raw: str | None) -> signal.Signals:
     return sig
 
 
-def checkpoint_environment(path: str | None, stop_signal: signal.Signals) -> dict[str, str]:
-    """What fleet tells a job about checkpointing: FLEET_CHECKPOINT_DIR (when it has one)
-    and FLEET_CHECKPOINT_SIGNAL, the signal it gets first when it is stopped."""
-    env = {"FLEET_CHECKPOINT_SIGNAL": stop_signal.name}
-    if path:
-        env["FLEET_CHECKPOINT_DIR"] = path
-    return env
-
-
 @dataclass
 class CheckpointStore:
     """The checkpoint directories under `root`; see the module docstring."""

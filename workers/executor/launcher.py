@@ -46,7 +46,7 @@ from workers.executor.cgroups import (
     job_cgroup_remove,
     oom_kills,
 )
-from workers.executor.checkpoints import CheckpointStore, checkpoint_environment
+from workers.executor.checkpoints import CheckpointStore
 from workers.executor.spec import (
     ExecutorError,
     JobKey,
@@ -186,19 +186,17 @@ class Executor:
         scratch = None if spec.workdir else self._make_scratch(spec, account)
         cgroup = self._make_cgroup(spec, scratch)
         identity = account or own_account()
-        env = job_environment(
-            spec,
-            self.base_env,
-            allow=self.env_allow,
-            account=identity.environment() if identity else None,
-        )
-        # Fleet's names: a job's own FLEET_CHECKPOINT_DIR never points it elsewhere.
-        env.pop("FLEET_CHECKPOINT_DIR", None)
-        env.update(checkpoint_environment(checkpoint_dir, self.stop_signal))
         launch = {
             "command": spec.command,
             "workdir": spec.workdir or scratch,
-            "env": env,
+            "env": job_environment(
+                spec,
+                self.base_env,
+                allow=self.env_allow,
+                account=identity.environment() if identity else None,
+                checkpoint_dir=checkpoint_dir,
+                stop_signal=self.stop_signal.name,
+            ),
             "log_path": os.path.abspath(spec.log_path),
             "log_cap_bytes": spec.log_cap_bytes,
             "account": None

@@ -306,6 +306,8 @@ def job_environment(
     allow: Sequence[str] = (),
     account: Mapping[str, str] | None = None,
     mps: Mps | None = None,
+    checkpoint_dir: str | None = None,
+    stop_signal: str | None = None,
 ) -> dict[str, str]:
     """What the job's process sees, in layers, each overriding the one before:
 
@@ -319,7 +321,9 @@ def job_environment(
     this member), and FLEET_NNODES, FLEET_NODE_RANK, FLEET_NODELIST (the members' hosts in
     rank order, comma-separated). FLEET_CPUS and FLEET_MEMORY_MB say what the job asked
     for, when it did. A task of a job array gets FLEET_ARRAY_JOB_ID, FLEET_ARRAY_INDEX and
-    FLEET_ARRAY_TASK_COUNT (like Slurm's SLURM_ARRAY_*).
+    FLEET_ARRAY_TASK_COUNT (like Slurm's SLURM_ARRAY_*). FLEET_CHECKPOINT_DIR is the job's
+    directory kept across its attempts, and FLEET_CHECKPOINT_SIGNAL the signal it gets first
+    when it is stopped (the executor passes both; workers.executor.checkpoints).
 
     CUDA_VISIBLE_DEVICES lists the assigned NVML indices, and CUDA_DEVICE_ORDER=PCI_BUS_ID
     makes CUDA number GPUs the way NVML and nvidia-smi do (CUDA's default order is
@@ -344,6 +348,7 @@ def job_environment(
         }
     )
     for name in ("FLEET_GPU_MEMORY_MB", "FLEET_GPU_COMPUTE_PERCENT", "FLEET_CPUS",
+                 "FLEET_CHECKPOINT_DIR", "FLEET_CHECKPOINT_SIGNAL",
                  "FLEET_MEMORY_MB", *RENDEZVOUS_VARIABLES, *ARRAY_VARIABLES):  # fmt: skip
         env.pop(name, None)
     rdv = spec.rendezvous
@@ -364,6 +369,10 @@ def job_environment(
         env["FLEET_ARRAY_JOB_ID"] = str(spec.array.job_id)
         env["FLEET_ARRAY_INDEX"] = str(spec.array.index)
         env["FLEET_ARRAY_TASK_COUNT"] = str(spec.array.count)
+    if checkpoint_dir:
+        env["FLEET_CHECKPOINT_DIR"] = checkpoint_dir
+    if stop_signal:
+        env["FLEET_CHECKPOINT_SIGNAL"] = stop_signal
     if spec.cpus:
         env["FLEET_CPUS"] = str(spec.cpus)
     if spec.memory_mb:

@@ -82,3 +82,16 @@ def test_the_jobs_own_variables_override_the_agents_and_fleets_override_the_jobs
     assert env["REDIS_URL"] == "redis://my-own-cache:6379/0"  # the job's, not the agent's
     assert env["FLEET_SIM_UTIL"] == "40"
     assert env["FLEET_ATTEMPT"] == "2"
+
+
+def test_the_checkpoint_directory_and_signal_are_fleets_never_the_jobs():
+    own = {"FLEET_CHECKPOINT_DIR": "/elsewhere", "FLEET_CHECKPOINT_SIGNAL": "SIGHUP"}
+
+    given = job_environment(
+        spec(env=own), AGENT_ENV, checkpoint_dir="/ckpt/vision/7", stop_signal="SIGUSR1"
+    )
+    none = job_environment(spec(env=own), AGENT_ENV)
+
+    assert given["FLEET_CHECKPOINT_DIR"] == "/ckpt/vision/7"
+    assert given["FLEET_CHECKPOINT_SIGNAL"] == "SIGUSR1"
+    assert "FLEET_CHECKPOINT_DIR" not in none and "FLEET_CHECKPOINT_SIGNAL" not in none
