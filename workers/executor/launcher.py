@@ -485,7 +485,9 @@ class Executor:
     def checkpoints_in_use(self) -> list[tuple[str | None, Any]]:
         """(team, job_id) of every attempt known here: their directories are never swept,
         and each is marked used (on every heartbeat while it runs)."""
-        return [(h.spec.team, h.spec.job_id) for h in self.handles.values() if h.checkpoint_dir]
+        # A copy first: the supervisor's thread adds and forgets attempts meanwhile.
+        handles = list(self.handles.values())
+        return [(h.spec.team, h.spec.job_id) for h in handles if h.checkpoint_dir]
 
 
 def private_dir(path: Path) -> None:
