@@ -19,7 +19,9 @@
         bar.max = Math.max(run.total, 1);
         bar.value = run.done;
         bar.textContent = run.done + " of " + run.total;
-        status.textContent = run.state + ": " + run.done + " of " + (run.total || "?") + " candidates simulated";
+        status.textContent = run.state === "queued"
+          ? "queued: waiting for the control worker to take it"
+          : run.state + ": " + run.done + " of " + (run.total || "?") + " candidates simulated";
       })
       .catch(function () { status.textContent = "Progress is unavailable right now; retrying."; })
       .then(function () { busy = false; });

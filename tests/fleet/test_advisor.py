@@ -277,3 +277,21 @@ def test_page_runs_shows_and_applies(staff, history_jobs, eager):
     bad = browser.post("/advisor/", {"days": "0"})
     assert bad.status_code == 400
     assert "days must be a whole number from 1 to 90." in bad.content.decode()
+
+
+def test_page_shows_progress_while_the_run_waits(staff, history_jobs):
+    from scheduler.tasks import advisor_run
+
+    browser = Client()
+    browser.force_login(staff)
+    location = browser.post("/advisor/", {"days": "7"})["Location"]
+    run_id = location.split("run=")[1]
+    html = browser.get("/advisor/").content.decode()  # the latest run, without ?run=
+    assert f'data-advisor-run="/api/v1/advisor/runs/{run_id}/"' in html
+    assert '<progress id="advisor-progress"' in html
+    assert "waiting for the control worker" in html
+    busy = browser.post("/advisor/", {"days": "7"})
+    assert busy.status_code == 409
+    assert "already in progress" in busy.content.decode()
+    advisor_run.apply(kwargs={"run_id": run_id})
+    assert "<progress" not in browser.get(location).content.decode()

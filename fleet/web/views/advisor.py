@@ -3,6 +3,7 @@ compare what happened with every candidate, and apply one."""
 
 from __future__ import annotations
 
+from datetime import datetime
 from typing import Any
 
 from django.contrib import messages
@@ -76,6 +77,7 @@ def _page(
 ) -> HttpResponse:
     context = {
         "run": run,
+        "started": datetime.fromisoformat(run["created_at"]) if run else None,
         "rows": _rows(run) if run and run["state"] == "done" else [],
         "columns": [label for _, label, _ in COLUMNS],
         "max_days": history.MAX_DAYS,
