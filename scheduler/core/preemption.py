@@ -67,8 +67,10 @@ RESTART_OVERHEAD_DEFAULT = 60.0  # seconds a restarted job spends before useful 
 CHECKPOINT_INTERVAL_DEFAULT = 0.0  # with checkpoints: 0 means continuous (nothing lost)
 MAX_PER_JOB_DEFAULT = 3  # preemptions a job may suffer; 0: no cap
 # The lost work counts this many times: the victim redoes it, and while it does the fleet
-# lacks that capacity for every other waiting job.
-COST_WEIGHT_DEFAULT = 2.0
+# lacks that capacity for every other waiting job; and the expected remaining service of a
+# job deep in a heavy tail is a guess, the lost work is certain. 8 measured best on the
+# Philly bench (bench/RESULTS.md, "Preemption that pays for itself").
+COST_WEIGHT_DEFAULT = 8.0
 
 
 @dataclass(frozen=True, slots=True)

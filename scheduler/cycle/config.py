@@ -115,7 +115,7 @@ COMMON: dict[str, Param] = {
     ),
     "preemption_cost_weight": Param(
         "number",
-        2.0,
+        8.0,
         0.0,
         help="Times a preemption's lost GPU-time counts against its gain.",
         maximum=1e3,

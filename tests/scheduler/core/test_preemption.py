@@ -127,7 +127,7 @@ def test_las_preempts_only_when_the_gain_beats_the_cost():
     # With checkpoints only the 60 s restart is lost: it pays, and the reason says why.
     plan = _las(fresh, [victim], 2 * HOUR, preemption_checkpoints=True)
     assert [p.job_id for p in plan.preempts] == [7]
-    assert "beats 2 x the preemption's cost of 0.0167 GPU-h" in plan.preempts[0].reason
+    assert "beats 8 x the preemption's cost of 0.0167 GPU-h" in plan.preempts[0].reason
     # A victim that attained 10 GPU-hours before is expected to need more: it pays even
     # without checkpoints.
     long = replace(victim, started_at=6000.0, attained_service=10 * HOUR)
@@ -149,3 +149,16 @@ def test_a_job_preempted_max_per_job_times_is_not_preempted_again():
     assert get_policy("priority").schedule(s).preempts == ()
     s = snap([node("a", 1)], [job(1, team="lab")], [replace(borrower, preemptions=0)], teams=teams)
     assert [p.job_id for p in get_policy("priority").schedule(s).preempts] == [7]
+
+
+def test_the_cost_weight_decides_close_calls():
+    # Ran 1 h now after 2 GPU-hours before: expected to need 3 h more; the restart would
+    # throw away 1 h + 60 s.
+    victim = running(7, "a", (0,), started=HOUR, attained_service=2 * HOUR)
+    fresh = [job(1, submitted=100.0)]
+    assert _las(fresh, [victim], 2 * HOUR).preempts == ()  # 8 x 1 h > 3 h
+    plan = _las(fresh, [victim], 2 * HOUR, preemption_cost_weight=1)
+    assert [p.job_id for p in plan.preempts] == [7]
+    assert "beats the preemption's cost of 1.02 GPU-h (60 s restart + 60 min of progress" in (
+        plan.preempts[0].reason
+    )
