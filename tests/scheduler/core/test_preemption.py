@@ -162,3 +162,23 @@ def test_the_cost_weight_decides_close_calls():
     assert "beats the preemption's cost of 1.02 GPU-h (60 s restart + 60 min of progress" in (
         plan.preempts[0].reason
     )
+
+
+def test_gang_victims_free_whole_nodes_chosen_by_cost():
+    # A 2 x 4-GPU gang on three full 4-GPU nodes: it needs two whole nodes freed.
+    run = [
+        running(1, "a", (0, 1, 2, 3), started=0.0),  # ran 1000 s, 100 s past a checkpoint
+        running(2, "b", (0, 1, 2, 3), started=900.0),  # ran 100 s
+        running(3, "c", (0, 1, 2, 3), started=500.0),  # ran 500 s, 200 s past a checkpoint
+    ]
+    gang = job(10, 8, gpus_per_node=4)
+    s = snap([node("a", 4), node("b", 4), node("c", 4)], [gang], run, now=1000.0)
+    cap = FreeCapacity.from_snapshot(s)
+    plain = choose_victims(gang, cap, run, s.now, cost=PreemptionCost().gpu_seconds)
+    assert {v.id for v in plain.jobs} == {2, 3}
+    assert {m.node for m in plain.allocations} == {"b", "c"}
+    every_5_min = PreemptionCost(checkpoints=True, checkpoint_interval=300.0)
+    found = choose_victims(gang, cap, run, s.now, cost=every_5_min.gpu_seconds)
+    assert {v.id for v in found.jobs} == {1, 2}
+    assert {m.node for m in found.allocations} == {"a", "b"}
+    assert all(len(m.gpu_indices) == 4 for m in found.allocations)
