@@ -10,6 +10,7 @@ snapshot the policy sees, which the command line cannot do.
 from __future__ import annotations
 
 import dataclasses
+import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -62,13 +63,26 @@ def evaluate(
     guarantees: Mapping[str, int],
     cycle_interval: float = 60.0,
     progress: Callable[[int], None] | None = None,
+    budget: float | None = None,
 ) -> list[dict[str, Any]]:
     """Each candidate's metrics (records.Comparison) with its policy, params and label; a
-    candidate that raises is reported with its error instead of stopping the others."""
+    candidate that raises is reported with its error instead of stopping the others. Once
+    `budget` seconds have passed, the candidates left are reported as not simulated."""
     jobs, fixed = fleet_jobs(rows)
     out: list[dict[str, Any]] = []
+    began = time.monotonic()
     for i, cand in enumerate(candidates):
         entry: dict[str, Any] = {"index": i, **cand.as_dict()}
+        if budget is not None and time.monotonic() - began >= budget:
+            entry["error"] = (
+                f"Not simulated: the run used its {budget / 60:.0f} minutes first. Ask for "
+                "fewer days to compare every candidate."
+            )
+            out.append(entry)
+            if progress is not None:
+                progress(i + 1)
+            continue
+        t0 = time.monotonic()
         config = SimConfig(
             cycle_interval=cycle_interval,
             settings={**settings, **cand.params},
@@ -86,6 +100,7 @@ def evaluate(
             entry["metrics"] = from_sim(metrics).as_dict()
             entry["finished"] = metrics["finished"]
             entry["not_finished"] = metrics["jobs"] - metrics["finished"]
+        entry["seconds"] = round(time.monotonic() - t0, 3)
         out.append(entry)
         if progress is not None:
             progress(i + 1)

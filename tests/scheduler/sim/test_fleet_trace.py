@@ -151,3 +151,20 @@ def test_grid_keeps_every_policy_and_only_known_keys():
     assert names.count("fcfs") == 2 and names.count("priority") == 2
     assert {"las", "newpolicy"} <= set(names)
     assert all("las_preemption" not in c.params for c in cands)
+
+
+def test_candidates_past_the_time_budget_are_reported_not_simulated():
+    rows = trace_rows([recorded(1, 0, 0, 100)])
+    seen: list[int] = []
+    out = evaluate(
+        rows,
+        parse_cluster("1x1xA100-80GB"),
+        [Candidate("fcfs"), Candidate("sjf")],
+        settings={},
+        guarantees={},
+        progress=seen.append,
+        budget=0.0,
+    )
+    assert seen == [1, 2]
+    assert all(e["error"].startswith("Not simulated: the run used its 0 minutes") for e in out)
+    assert all("metrics" not in e for e in out)
