@@ -51,7 +51,7 @@ def main() -> None:
     raw = load_philly(a.trace)
     header = (
         f"{'scenario':10} {'window':>6} {'policy':10} {'jobs':>5} {'waited':>6} "
-        f"{'med err':>8} {'p90 err':>8} {'med err s':>9} {'band cov':>8} {'no eta':>6} "
+        f"{'med err':>8} {'p90 err':>8} {'med err s':>9} {'cov wait':>8} {'cov all':>7} {'no eta':>6} "
         f"{'avg JCT s':>9} {'fcst s':>6}"
     )
     print(header)
@@ -84,6 +84,7 @@ def main() -> None:
                     f"{scen:10} {start:>6} {name:10} {m['eta_jobs']:>5} {m['eta_waited']:>6} "
                     f"{m['eta_median_abs_error_share']:>8.1%} {m['eta_p90_abs_error_share']:>8.1%} "
                     f"{m['eta_median_abs_error_s']:>9.0f} {m['eta_band_coverage']:>8.1%} "
+                    f"{m['eta_band_coverage_all']:>7.1%} "
                     f"{m['eta_none_share']:>6.1%} {jct:>9.0f} {m['eta_forecast_seconds']:>6.1f}"
                     f"   ({time.perf_counter() - t0:.0f} s)",
                     flush=True,

@@ -11,8 +11,19 @@ forecast for it, on a log scale,
 
 and the band of a new forecast of wait w is (w + PAD) * exp(q_lo) - PAD to
 (w + PAD) * exp(q_hi) - PAD, with q_lo and q_hi the 10th and 90th percentiles of the last
-`window` ratios. If forecasts err as they did lately, 80% of starts fall inside. PAD (one
-scheduling minute) keeps jobs that start at once from dominating the ratios.
+`window` ratios of forecasts of about the same wait (BUCKETS: under a minute, under 15
+minutes, under 3 hours, longer; the pooled ratios while a bucket has fewer than
+`min_samples`). If forecasts err as they did lately, 80% of starts fall inside. PAD (one
+scheduling minute) keeps jobs that start at once from dominating the ratios. Buckets matter:
+a forecast of "any moment now" (a running job is past its predicted end) errs differently
+from a forecast of hours.
+
+Waits are not exchangeable over time (a burst of arrivals delays everything forecast just
+before it), so fixed percentiles of past ratios cover less than they promise when the queue
+changes. The quantile level therefore adapts online as in adaptive conformal inference
+(Gibbs and Candes, NeurIPS 2021): after each outcome, the miss rate aimed at moves by
+`step` x (0.2 - missed), so misses widen the band and hits narrow it, and over any long run
+the share of starts inside approaches 80% whatever the drift.
 
 Until `min_samples` outcomes are known the band is DEFAULT_BAND (half to twice the
 forecast wait), which says plainly that it is not yet learned (`calibrated` false).
@@ -23,62 +34,151 @@ from __future__ import annotations
 
 import math
 from collections import deque
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
 
 PAD_S = 60.0
 DEFAULT_BAND = (math.log(0.5), math.log(2.0))
-LOW_Q, HIGH_Q = 0.10, 0.90
+MISS = 0.20  # the share of starts the band may miss (an 80% band)
+# Upper edges (seconds of forecast wait) of the buckets ratios are kept in; the last is open.
+BUCKETS = (60.0, 900.0, 3 * 3600.0)
+
+
+def _bucket(wait: float) -> int:
+    for i, edge in enumerate(BUCKETS):
+        if wait < edge:
+            return i
+    return len(BUCKETS)
 
 
 class EtaCalibration:
-    def __init__(self, window: int = 500, min_samples: int = 20) -> None:
+    def __init__(self, window: int = 500, min_samples: int = 20, step: float = 0.05) -> None:
         if window < 1 or min_samples < 1:
             raise ValueError("window and min_samples must be at least 1")
+        if not 0.0 <= step < 1.0:
+            raise ValueError("step must be in [0, 1)")
         self.window = window
         self.min_samples = min_samples
+        self.step = step
+        # The adapted miss rate each bucket's percentiles are taken at (index -1: pooled).
+        self.miss = [MISS] * (len(BUCKETS) + 2)
         self._ratios: deque[float] = deque(maxlen=window)
-        self._bounds: tuple[float, float] | None = None
+        self._by_bucket = [deque[float](maxlen=window) for _ in range(len(BUCKETS) + 1)]
+        self._bounds: dict[int, tuple[float, float]] = {}
+        # Bounds read back from `published()` (a reader's copy: it learns nothing).
+        self._fixed: dict[int, tuple[float, float]] | None = None
+        self._fixed_samples = 0
+        self._fixed_calibrated = False
 
     @classmethod
-    def from_outcomes(
-        cls, outcomes: Iterable[tuple[float, float]], **params: int
-    ) -> EtaCalibration:
-        """From (forecast wait, actual wait) pairs, oldest first."""
+    def from_outcomes(cls, outcomes: Iterable[Sequence[Any]], **params: Any) -> EtaCalibration:
+        """Replay recorded outcomes, oldest first: (forecast wait, actual wait[, judged]) for
+        a start, (forecast wait, None) for a job found waiting past its band."""
         calibration = cls(**params)
-        for forecast, actual in outcomes:
-            calibration.observe(forecast, actual)
+        for item in outcomes:
+            forecast, actual = float(item[0]), item[1]
+            if actual is None:
+                calibration.observe_overdue(forecast)
+            else:
+                judged = bool(item[2]) if len(item) > 2 else False
+                calibration.observe(forecast, float(actual), judged=judged)
         return calibration
 
-    def observe(self, forecast_wait: float, actual_wait: float) -> None:
-        """Learn from one job that started: the wait forecast for it and the wait it had."""
+    def published(self) -> dict[str, Any]:
+        """Plain JSON with what a reader needs to give bands (`from_published`)."""
+        keys = [-1, *range(len(BUCKETS) + 1)]
+        return {
+            "samples": self.samples,
+            "calibrated": self.calibrated,
+            "bounds": {str(k): list(self._bounds_at(k)) for k in keys if self._usable(k)},
+        }
+
+    @classmethod
+    def from_published(cls, data: Mapping[str, Any]) -> EtaCalibration:
+        calibration = cls()
+        bounds = data.get("bounds") or {}
+        calibration._fixed = {int(k): (float(v[0]), float(v[1])) for k, v in bounds.items()}
+        calibration._fixed_samples = int(data.get("samples", 0))
+        calibration._fixed_calibrated = bool(data.get("calibrated")) and -1 in calibration._fixed
+        return calibration
+
+    def observe(self, forecast_wait: float, actual_wait: float, *, judged: bool = False) -> None:
+        """Learn from one job that started: the wait forecast for it and the wait it had.
+        `judged`: its miss was already counted by `observe_overdue`."""
+        if self._fixed is not None:
+            raise TypeError("a published calibration is read-only")
         if not (math.isfinite(forecast_wait) and math.isfinite(actual_wait)):
             return
-        self._ratios.append(
-            math.log((max(actual_wait, 0.0) + PAD_S) / (max(forecast_wait, 0.0) + PAD_S))
-        )
-        self._bounds = None
+        forecast_wait = max(forecast_wait, 0.0)
+        ratio = math.log((max(actual_wait, 0.0) + PAD_S) / (forecast_wait + PAD_S))
+        if not judged:
+            lo, hi = self.log_bounds(forecast_wait)
+            self._adapt(forecast_wait, not (min(lo, 0.0) <= ratio <= max(hi, 0.0)))
+        self._ratios.append(ratio)
+        self._by_bucket[_bucket(forecast_wait)].append(ratio)
+        self._bounds = {}
+
+    def overdue(self, forecast_wait: float, waited: float) -> bool:
+        """Whether a job still waiting after `waited` seconds is past its band's end."""
+        forecast_wait = max(forecast_wait, 0.0)
+        _, hi = self.log_bounds(forecast_wait)
+        return waited > (forecast_wait + PAD_S) * math.exp(max(hi, 0.0)) - PAD_S
+
+    def observe_overdue(self, forecast_wait: float) -> None:
+        """Count a miss as soon as it is certain (the job waits past its band's end), not
+        when the job finally starts: otherwise the outcomes known at any moment are biased
+        toward jobs that started early, and the band stays too narrow while a queue grows."""
+        if math.isfinite(forecast_wait):
+            self._adapt(max(forecast_wait, 0.0), True)
+
+    def _adapt(self, forecast_wait: float, missed: bool) -> None:
+        if not self.calibrated or self.step <= 0:
+            return
+        key = self._key(forecast_wait)
+        self.miss[key] = min(max(self.miss[key] + self.step * (MISS - missed), 0.01), 0.9)
+        self._bounds.pop(key, None)
 
     @property
     def samples(self) -> int:
-        return len(self._ratios)
+        return self._fixed_samples if self._fixed is not None else len(self._ratios)
 
     @property
     def calibrated(self) -> bool:
+        if self._fixed is not None:
+            return self._fixed_calibrated
         return len(self._ratios) >= self.min_samples
 
-    def log_bounds(self) -> tuple[float, float]:
+    def log_bounds(self, wait: float | None = None) -> tuple[float, float]:
+        """(q_lo, q_hi) for a forecast of this wait (pooled over every wait when None)."""
         if not self.calibrated:
             return DEFAULT_BAND
-        if self._bounds is None:
-            ordered = sorted(self._ratios)
-            self._bounds = (_quantile(ordered, LOW_Q), _quantile(ordered, HIGH_Q))
-        return self._bounds
+        return self._bounds_at(-1 if wait is None else self._key(wait))
+
+    def _usable(self, key: int) -> bool:
+        return self.calibrated and (key < 0 or len(self._by_bucket[key]) >= self.min_samples)
+
+    def _bounds_at(self, key: int) -> tuple[float, float]:
+        if self._fixed is not None:
+            return self._fixed.get(key) or self._fixed.get(-1) or DEFAULT_BAND
+        bounds = self._bounds.get(key)
+        if bounds is None:
+            ordered = sorted(self._ratios if key < 0 else self._by_bucket[key])
+            half = self.miss[key] / 2
+            bounds = self._bounds[key] = (_quantile(ordered, half), _quantile(ordered, 1 - half))
+        return bounds
+
+    def _key(self, wait: float) -> int:
+        """The bucket of a forecast wait, or -1 (pooled) while that bucket has too few."""
+        key = _bucket(max(wait, 0.0))
+        if self._fixed is not None:
+            return key if key in self._fixed else -1
+        return key if len(self._by_bucket[key]) >= self.min_samples else -1
 
     def band(self, now: float, eta: float) -> tuple[float, float]:
         """(earliest, latest) start of the 80% band for a job forecast at `now` to start at
         `eta`; never before now, and always around the forecast itself."""
         wait = max(eta - now, 0.0)
-        lo, hi = self.log_bounds()
+        lo, hi = self.log_bounds(wait)
         low = now + max((wait + PAD_S) * math.exp(lo) - PAD_S, 0.0)
         high = now + max((wait + PAD_S) * math.exp(hi) - PAD_S, 0.0)
         return min(low, eta), max(high, eta)

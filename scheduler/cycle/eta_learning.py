@@ -1,9 +1,10 @@
 """Learning the ETA band from this fleet's own outcomes (see scheduler.core.eta_band).
 
 The first forecast of every waiting job (when it was made and the start it named) is kept
-in Redis, one key per job, until the job starts or the forecast's horizon passes. When a
-cycle starts the job, the pair (forecast wait, actual wait) joins a capped list of recent
-outcomes; each forecast cycle rebuilds the calibration from that list and stores its
+in Redis, one key per job, until the job starts or the forecast's horizon passes. Each
+forecast cycle marks the jobs still waiting past their band's end (a miss, counted at once)
+and, when a cycle starts a job, the pair (forecast wait, actual wait) joins a capped list of
+recent outcomes; each forecast cycle replays that list into a calibration and publishes its
 bounds in the cache, where pages and the API read them to show a band around an ETA.
 
 All of it is advisory: if Redis loses these keys, or cannot be reached, the band falls back
@@ -30,6 +31,9 @@ FIRST_KEY = "fleet:eta:first:{}"
 OUTCOMES_KEY = "fleet:eta:outcomes"
 BAND_KEY = "fleet:eta:band"
 WINDOW = 500
+# Outcomes kept: starts and overdue marks together.
+KEEP = 2 * WINDOW
+OVERDUE = " o"  # suffix of a first-forecast value whose miss was counted
 
 
 def remember_forecasts(now: float, estimates: Mapping[int, Any], ttl_s: float) -> None:
@@ -39,7 +43,7 @@ def remember_forecasts(now: float, estimates: Mapping[int, Any], ttl_s: float) -
     if not first:
         return
     try:
-        pipe = redis_client().pipeline(transaction=False)  # type: ignore[attr-defined]
+        pipe = _client().pipeline(transaction=False)
         ttl = max(int(ttl_s), 60)
         for job_id, eta in first:
             pipe.set(FIRST_KEY.format(job_id), f"{now:.3f} {eta:.3f}", nx=True, ex=ttl)
@@ -48,27 +52,57 @@ def remember_forecasts(now: float, estimates: Mapping[int, Any], ttl_s: float) -
         log.warning("could not keep ETA forecasts in Redis", exc_info=True)
 
 
+def mark_overdue(now: float, waiting: Iterable[int], calibration: EtaCalibration) -> int:
+    """Count a miss for each waiting job now past the end of its first forecast's band;
+    returns how many were found this time."""
+    ids = list(waiting)
+    if not ids:
+        return 0
+    try:
+        client = _client()
+        keys = [FIRST_KEY.format(job_id) for job_id in ids]
+        marks = []
+        pipe = client.pipeline(transaction=False)
+        for key, raw in zip(keys, client.mget(keys), strict=True):
+            if raw is None or raw.decode().endswith(OVERDUE):
+                continue
+            at, eta = (float(x) for x in raw.decode().split())
+            if calibration.overdue(eta - at, now - at):
+                marks.append(json.dumps([round(max(eta - at, 0.0), 1), None]))
+                pipe.set(key, raw.decode() + OVERDUE, xx=True, keepttl=True)
+        if marks:
+            pipe.rpush(OUTCOMES_KEY, *marks)
+            pipe.ltrim(OUTCOMES_KEY, -KEEP, -1)
+            pipe.execute()
+        return len(marks)
+    except Exception:  # noqa: BLE001 - advisory
+        log.warning("could not mark overdue ETA forecasts in Redis", exc_info=True)
+        return 0
+
+
 def learn_starts(now: float, started: Iterable[int]) -> int:
-    """Record (forecast wait, actual wait) for jobs this cycle started; returns how many."""
+    """Record (forecast wait, actual wait, judged) for jobs this cycle started; returns how
+    many had a forecast."""
     ids = list(started)
     if not ids:
         return 0
     try:
-        client = redis_client()
-        pipe = client.pipeline(transaction=False)  # type: ignore[attr-defined]
+        client = _client()
+        pipe = client.pipeline(transaction=False)
         for job_id in ids:
             pipe.getdel(FIRST_KEY.format(job_id))
         pairs = []
         for raw in pipe.execute():
             if raw is None:
                 continue
-            at, eta = (float(x) for x in raw.decode().split())
-            if eta > at:  # a job forecast to start at once teaches the band nothing
-                pairs.append(json.dumps([round(eta - at, 1), round(now - at, 1)]))
+            text = raw.decode()
+            judged = text.endswith(OVERDUE)
+            at, eta = (float(x) for x in text.removesuffix(OVERDUE).split())
+            pairs.append(json.dumps([round(max(eta - at, 0.0), 1), round(now - at, 1), judged]))
         if pairs:
-            pipe = client.pipeline(transaction=False)  # type: ignore[attr-defined]
+            pipe = client.pipeline(transaction=False)
             pipe.rpush(OUTCOMES_KEY, *pairs)
-            pipe.ltrim(OUTCOMES_KEY, -WINDOW, -1)
+            pipe.ltrim(OUTCOMES_KEY, -KEEP, -1)
             pipe.execute()
         return len(pairs)
     except Exception:  # noqa: BLE001 - advisory
@@ -76,57 +110,28 @@ def learn_starts(now: float, started: Iterable[int]) -> int:
         return 0
 
 
-def refresh_band() -> dict[str, Any]:
-    """Rebuild the calibration from the recorded outcomes and publish its bounds."""
+def refresh_band() -> EtaCalibration:
+    """Replay the recorded outcomes into a calibration and publish its bounds."""
     try:
-        raw = redis_client().lrange(OUTCOMES_KEY, 0, -1)  # type: ignore[attr-defined]
-        outcomes = [tuple(json.loads(item)) for item in raw]
+        outcomes = [json.loads(item) for item in _client().lrange(OUTCOMES_KEY, 0, -1)]
     except Exception:  # noqa: BLE001 - advisory
         log.warning("could not read ETA outcomes from Redis", exc_info=True)
         outcomes = []
     calibration = EtaCalibration.from_outcomes(outcomes, window=WINDOW)
-    lo, hi = calibration.log_bounds()
-    band = {
-        "lo": lo,
-        "hi": hi,
-        "samples": calibration.samples,
-        "calibrated": calibration.calibrated,
-    }
     try:
-        cache.set(BAND_KEY, band, timeout=None)
+        cache.set(BAND_KEY, calibration.published(), timeout=None)
     except Exception:  # noqa: BLE001 - advisory
         log.warning("could not publish the ETA band", exc_info=True)
-    return band
+    return calibration
 
 
 def current_calibration() -> EtaCalibration:
-    """The published calibration as a ready-to-use object (the default band when none)."""
+    """The published calibration (the default band when none is published)."""
     try:
         band = cache.get(BAND_KEY)
     except Exception:  # noqa: BLE001 - pages must render without Redis
         band = None
-    return _Published(band) if band else EtaCalibration()
-
-
-class _Published(EtaCalibration):
-    """A calibration whose bounds were computed by the cycle and read from the cache."""
-
-    def __init__(self, band: Mapping[str, Any]) -> None:
-        super().__init__()
-        self._published = (float(band["lo"]), float(band["hi"]))
-        self._is_calibrated = bool(band.get("calibrated"))
-        self._count = int(band.get("samples", 0))
-
-    @property
-    def samples(self) -> int:
-        return self._count
-
-    @property
-    def calibrated(self) -> bool:
-        return self._is_calibrated
-
-    def log_bounds(self) -> tuple[float, float]:
-        return self._published
+    return EtaCalibration.from_published(band) if band else EtaCalibration()
 
 
 def band_for(
@@ -142,3 +147,7 @@ def band_for(
         datetime.fromtimestamp(low, tz=eta.tzinfo),
         datetime.fromtimestamp(high, tz=eta.tzinfo),
     )
+
+
+def _client() -> Any:
+    return redis_client()

@@ -21,7 +21,12 @@ from django.utils import timezone
 from scheduler.core.eta import estimate
 from scheduler.core.model import Plan
 from scheduler.cycle.apply import Outcome, apply_plan, wait_rows, write_waits
-from scheduler.cycle.eta_learning import learn_starts, refresh_band, remember_forecasts
+from scheduler.cycle.eta_learning import (
+    learn_starts,
+    mark_overdue,
+    refresh_band,
+    remember_forecasts,
+)
 from scheduler.cycle.lock import cycle_lock
 from scheduler.cycle.snapshot import DbSnapshot, build_snapshot
 from scheduler.models import DEFAULT_POLICY, CycleRecord
@@ -154,7 +159,7 @@ def run_cycle_locked(*, now: datetime | None = None) -> CycleRecord:
         placed = set(outcome.placed)
         waiting = {k: v for k, v in estimates.items() if k not in placed}
         remember_forecasts(snap.core.now, waiting, float(snap.param("eta_horizon")))
-        refresh_band()
+        mark_overdue(snap.core.now, waiting, refresh_band())
     else:
         estimates = plan_estimates(snap, plan)
     t4 = perf_counter()

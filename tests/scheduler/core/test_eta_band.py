@@ -26,11 +26,59 @@ def test_a_learned_band_covers_about_eighty_percent_of_new_starts(
     assert calibration.calibrated and calibration.samples == 500
     inside = 0
     trials = 4000
-    for _ in range(trials):
+    for _ in range(trials):  # online, as the cycle uses it: band first, then the outcome
         forecast, actual = _outcome(rng, sigma, bias)
         low, high = calibration.band(1000.0, 1000.0 + forecast)
         inside += low <= 1000.0 + actual <= high
-    assert 0.76 <= inside / trials <= 0.84
+        calibration.observe(forecast, actual)
+    assert 0.77 <= inside / trials <= 0.83
+
+
+def test_when_errors_grow_the_adaptive_band_keeps_its_coverage_and_a_fixed_one_does_not() -> None:
+    def run(step: float) -> float:
+        rng = random.Random(3)
+        calibration = EtaCalibration(window=500, step=step)
+        inside = total = 0
+        for i in range(6000):
+            sigma = 0.2 if i < 1000 else 0.2 + (i - 1000) / 2000  # forecasts get worse
+            forecast, actual = _outcome(rng, sigma, 0.3)
+            low, high = calibration.band(0.0, forecast)
+            if i >= 1000:
+                inside += low <= actual <= high
+                total += 1
+            calibration.observe(forecast, actual)
+        return inside / total
+
+    assert 0.76 <= run(0.05) <= 0.84
+    assert run(0.0) < 0.76
+
+
+def test_a_job_found_waiting_past_its_band_counts_as_a_miss_at_once() -> None:
+    calibration = EtaCalibration.from_outcomes([(600.0, 600.0)] * 30)  # always right
+    assert calibration.overdue(600.0, 601.0) and not calibration.overdue(600.0, 600.0)
+    before = calibration.log_bounds(600.0)
+    for _ in range(5):
+        calibration.observe_overdue(600.0)
+    assert calibration.miss[calibration._key(600.0)] < 0.2  # aims wider from now on
+    # Its start later adds its ratio without counting the miss twice.
+    miss = list(calibration.miss)
+    calibration.observe(600.0, 6000.0, judged=True)
+    assert calibration.miss == miss and calibration.samples == 31
+    assert calibration.log_bounds(600.0)[1] >= before[1]
+
+
+def test_published_bounds_give_the_same_bands_and_are_read_only() -> None:
+    rng = random.Random(5)
+    learned = EtaCalibration.from_outcomes(
+        [*(_outcome(rng, 0.5, 0.2) for _ in range(300)), (900.0, None)]
+    )
+    copy = EtaCalibration.from_published(learned.published())
+    assert copy.calibrated and copy.samples == learned.samples
+    for wait in (0.0, 30.0, 600.0, 5000.0, 40000.0):
+        assert copy.band(10.0, 10.0 + wait) == pytest.approx(learned.band(10.0, 10.0 + wait))
+    with pytest.raises(TypeError):
+        copy.observe(1.0, 2.0)
+    assert not EtaCalibration.from_published({"bounds": {}}).calibrated
 
 
 def test_a_wider_error_gives_a_wider_band() -> None:
@@ -73,6 +121,6 @@ def test_only_the_last_window_counts_and_bad_values_are_ignored() -> None:
     calibration.observe(math.nan, 10.0)
     calibration.observe(600.0, math.inf)
     assert calibration.samples == 50
-    assert calibration.log_bounds() == (0.0, 0.0)
+    assert calibration.log_bounds() == pytest.approx((0.0, 0.0))
     with pytest.raises(ValueError):
         EtaCalibration(window=0)

@@ -96,7 +96,24 @@ def test_the_band_learns_from_jobs_that_started_and_the_job_page_shows_it(
     assert clean_eta_keys.get(f"fleet:eta:first:{waiting.pk}") is None
     pairs = [json.loads(x) for x in clean_eta_keys.lrange(eta_learning.OUTCOMES_KEY, 0, -1)]
     assert len(pairs) == 1
-    forecast_wait, actual_wait = pairs[0]
-    assert forecast_wait == pytest.approx(3600, abs=5) and actual_wait < 60
+    forecast_wait, actual_wait, judged = pairs[0]
+    assert forecast_wait == pytest.approx(3600, abs=5) and actual_wait < 60 and not judged
     band = cache.get(eta_learning.BAND_KEY)
     assert band["samples"] == 1 and band["calibrated"] is False
+
+
+def test_a_job_waiting_past_its_band_is_counted_a_miss_once(
+    owner: Any, team: Any, sent: list[Any], clean_eta_keys: Any
+) -> None:
+    settings_update(user=None, params={"eta_interval": 0})
+    node = make_node("sim-a", 1)
+    make_running(owner, team, node, [0], time_limit=3600)
+    late = make_job(owner, team, time_limit=600)
+    # Told three hours ago that it would start within 100 s: far past the default band.
+    at = timezone.now().timestamp() - 3 * 3600
+    clean_eta_keys.set(f"fleet:eta:first:{late.pk}", f"{at:.3f} {at + 100:.3f}")
+    run_cycle()
+    run_cycle()
+    pairs = [json.loads(x) for x in clean_eta_keys.lrange(eta_learning.OUTCOMES_KEY, 0, -1)]
+    assert pairs == [[100.0, None]]
+    assert clean_eta_keys.get(f"fleet:eta:first:{late.pk}").decode().endswith(" o")
