@@ -6,6 +6,7 @@ from typing import Any
 
 import django_filters
 from django.db.models import QuerySet
+from django.utils import timezone
 from drf_spectacular.types import OpenApiTypes
 from drf_spectacular.utils import PolymorphicProxySerializer, extend_schema, extend_schema_field
 from rest_framework import serializers, status
@@ -37,6 +38,7 @@ from fleet.selectors.jobs import (
 from fleet.services import job_arrays
 from fleet.services import jobs as job_services
 from fleet.services.access import can_manage_job, can_see_command
+from scheduler.cycle.eta_learning import band_for, current_calibration
 
 
 class JobMemberSerializer(serializers.ModelSerializer):
@@ -57,6 +59,10 @@ class JobOutputSerializer(serializers.ModelSerializer):
     pending_reason = serializers.SerializerMethodField()
     queue_position = serializers.SerializerMethodField()
     eta = serializers.SerializerMethodField()
+    eta_band = serializers.SerializerMethodField(
+        help_text="While pending with an ETA: [earliest, latest], the start is 80% likely "
+        "to fall inside (calibrated on how this fleet's earlier forecasts turned out)."
+    )
     command = serializers.SerializerMethodField()
     env = serializers.SerializerMethodField()
     workdir = serializers.SerializerMethodField()
@@ -78,7 +84,7 @@ class JobOutputSerializer(serializers.ModelSerializer):
             "attempt", "requeues", "gpus", "gpu_memory_mb", "gpu_compute_percent",
             "gpu_model", "min_gpu_memory_mb", "time_limit", "priority", "qos", "preemptible",
             "max_requeues", "node", "gpu_indices", "exit_code", "submitted_at", "assigned_at",
-            "started_at", "finished_at", "queue_position", "eta", "command", "env", "workdir",
+            "started_at", "finished_at", "queue_position", "eta", "eta_band", "command", "env", "workdir",
             "can_manage", "gpus_per_node", "nodes", "cpus", "memory_mb", "same_group", "members",
             "resumed",
             "array_id", "array_index",
@@ -104,6 +110,18 @@ class JobOutputSerializer(serializers.ModelSerializer):
         if job.state != JobState.PENDING or job.eta is None:
             return None
         return serializers.DateTimeField().to_representation(job.eta)
+
+    @extend_schema_field(serializers.ListField(child=serializers.DateTimeField(), allow_null=True))
+    def get_eta_band(self, job: Job) -> list[str] | None:
+        if job.state != JobState.PENDING or job.eta is None:
+            return None
+        calibration = self.context.get("eta_calibration")
+        if calibration is None:  # read once per response, not once per job
+            calibration = self.context["eta_calibration"] = current_calibration()
+        band = band_for(job.eta, timezone.now(), calibration)
+        if band is None:
+            return None
+        return [serializers.DateTimeField().to_representation(t) for t in band]
 
     def get_command(self, job: Job) -> str | None:
         return job.command if can_see_command(self._user(), job) else None

@@ -117,3 +117,22 @@ def test_a_job_waiting_past_its_band_is_counted_a_miss_once(
     pairs = [json.loads(x) for x in clean_eta_keys.lrange(eta_learning.OUTCOMES_KEY, 0, -1)]
     assert pairs == [[100.0, None]]
     assert clean_eta_keys.get(f"fleet:eta:first:{late.pk}").decode().endswith(" o")
+
+
+def test_the_api_gives_the_band_with_the_eta_only_while_pending(
+    owner: Any, team: Any, owner_api: Any, sent: list[Any]
+) -> None:
+    node = make_node("sim-a", 1)
+    make_running(owner, team, node, [0], time_limit=3600)
+    waiting = make_job(owner, team, time_limit=600)
+    run_cycle()
+    body = owner_api.get(f"/api/v1/jobs/{waiting.pk}/").json()
+    assert body["eta"] is not None
+    low, high = body["eta_band"]
+    assert low <= body["eta"] <= high and low < high
+    listed = owner_api.get("/api/v1/jobs/").json()
+    rows = listed["results"] if isinstance(listed, dict) else listed
+    listed_low, listed_high = next(j for j in rows if j["id"] == waiting.pk)["eta_band"]
+    assert listed_low <= body["eta"] <= listed_high  # the band moves with the clock
+    running = next(j for j in rows if j["state"] == "running")
+    assert running["eta"] is None and running["eta_band"] is None
