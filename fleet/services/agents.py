@@ -273,6 +273,7 @@ def _apply_outcomes(node: Node, outcomes: Iterable[dict[str, Any]]) -> list[tupl
                 pid=event.get("pid"),
                 exit_code=int(exit_code) if exit_code is not None else None,
                 reason=str(event.get("reason") or ""),
+                resumed=event.get("resumed"),  # checked value by value in job_report_apply
             )
         except (KeyError, TypeError, ValueError) as exc:
             log.warning("node %s sent an unreadable outcome %r: %s", node.name, event, exc)

@@ -215,3 +215,16 @@ def test_a_stranger_sees_no_job_and_so_no_resumed(
 
     assert response.status_code in (403, 404)
     assert "resumed" not in response.json()
+
+
+def test_a_start_known_only_from_a_heartbeat_still_records_resumed(
+    node_key: tuple[Node, str], owner: Any, team: Any, owner_api: Any
+) -> None:
+    from fleet.services.agents import agent_heartbeat
+
+    node, _ = node_key
+    job = assigned(node, owner, team)
+    outcome = {"job_id": job.pk, "attempt": 1, "state": "running", "pid": 77, "resumed": True}
+    agent_heartbeat(node=node, running=[[job.pk, 1, 77, [0]]], outcomes=[outcome])
+    assert start_reason(job) == "attempt 1 resumed from a checkpoint"
+    assert owner_api.get(f"/api/v1/jobs/{job.pk}/").json()["resumed"] is True
