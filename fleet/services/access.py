@@ -7,12 +7,24 @@ from typing import Any
 from fleet.models import Job, Membership, Role
 
 
+def memberships_of(user: Any) -> list[Membership]:
+    """The user's memberships with their teams, read once per request (cached on the user
+    object, like the team ids below, which come from them)."""
+    if not user.is_authenticated:
+        return []
+    cached = getattr(user, "_fleet_memberships", None)
+    if cached is None:
+        cached = list(Membership.objects.filter(user=user).select_related("team"))
+        user._fleet_memberships = cached
+    return cached
+
+
 def team_ids(user: Any) -> set[int]:
     if not user.is_authenticated:
         return set()
     cached = getattr(user, "_fleet_team_ids", None)
     if cached is None:
-        cached = set(Membership.objects.filter(user=user).values_list("team_id", flat=True))
+        cached = {m.team_id for m in memberships_of(user)}
         user._fleet_team_ids = cached
     return cached
 
@@ -22,9 +34,7 @@ def admin_team_ids(user: Any) -> set[int]:
         return set()
     cached = getattr(user, "_fleet_admin_team_ids", None)
     if cached is None:
-        cached = set(
-            Membership.objects.filter(user=user, role=Role.ADMIN).values_list("team_id", flat=True)
-        )
+        cached = {m.team_id for m in memberships_of(user) if m.role == Role.ADMIN}
         user._fleet_admin_team_ids = cached
     return cached
 

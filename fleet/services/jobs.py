@@ -14,7 +14,7 @@ from fleet.errors import ApplicationError, NotAllowed
 from fleet.models import Job, JobEvent, JobState, Membership, Node, Team
 from fleet.models.jobs import PRIORITY_MAX, PRIORITY_MIN, ActorKind, Qos
 from fleet.services import messaging
-from fleet.services.access import can_manage_job
+from fleet.services.access import can_manage_job, memberships_of
 from fleet.services.job_states import Actor, job_transition
 from fleet.services.members import attempt_has_members, members_stop_on_commit
 from fleet.services.releases import gpu_release_hold
@@ -63,9 +63,9 @@ def _field_error(field: str, message: str) -> ApplicationError:
 
 
 def user_memberships(user: Any) -> list[Membership]:
-    """The user's memberships with their teams: read once per request (bulk submits resolve
-    every job's team from them)."""
-    return list(Membership.objects.filter(user=user).select_related("team"))
+    """The user's memberships with their teams: read once per request (the permission check
+    has usually read them already; bulk submits resolve every job's team from them)."""
+    return memberships_of(user)
 
 
 def _resolve_team(user: Any, slug: str | None, memberships: list[Membership] | None) -> Team:

@@ -15,6 +15,8 @@ from __future__ import annotations
 from dataclasses import replace
 from typing import Any
 
+from django.db import connection
+
 from fleet.errors import ApplicationError
 from fleet.models import Gpu, Node, Team
 from scheduler.core.admission import admission_error, host_limit_error
@@ -29,29 +31,60 @@ _FIELDS = (
 )
 
 
+# Nodes grouped by shape (host CPUs, memory, group and GPUs in index order), counted: a
+# fleet of a thousand identical nodes is one row, not eight thousand GPU rows.
+_SHAPES_SQL = """
+SELECT n.cpus, n.memory_mb, n."group", g.indices, g.models, g.memories, count(*)
+FROM fleet_node n
+JOIN (
+    SELECT node_id, array_agg(index ORDER BY index) AS indices,
+           array_agg(model ORDER BY index) AS models,
+           array_agg(memory_mb ORDER BY index) AS memories
+    FROM fleet_gpu GROUP BY node_id
+) g ON g.node_id = n.id
+GROUP BY 1, 2, 3, 4, 5, 6
+ORDER BY 7 DESC, 1, 2, 3
+"""
+
+
 def fleet_nodes() -> tuple[NodeState, ...]:
-    """Every node's GPUs, host CPUs, memory and group, as admission sees them (what is free
-    does not matter)."""
-    gpus: dict[int, list[GpuState]] = {}
-    for node_id, index, model, memory in Gpu.objects.values_list(
+    """Every node with GPUs, with its GPUs, host CPUs, memory and group, as admission sees
+    them (what is free does not matter, and neither do names: on PostgreSQL the nodes of one
+    shape are one NodeState, repeated, named after the shape). Read on every single submit,
+    so it is one query whose size grows with the kinds of node, not with the fleet."""
+    if connection.vendor == "postgresql":
+        with connection.cursor() as cursor:
+            cursor.execute(_SHAPES_SQL)
+            rows = cursor.fetchall()
+        nodes: list[NodeState] = []
+        for shape, (cpus, memory_mb, group, indices, models, memories, count) in enumerate(rows):
+            gpus = tuple(
+                GpuState(index, model, memory, memory)
+                for index, model, memory in zip(indices, models, memories, strict=True)
+            )
+            state = NodeState(f"shape-{shape}", gpus, cpus=cpus, memory_mb=memory_mb, group=group)
+            nodes.extend([state] * count)
+        return tuple(nodes)
+    by_node: dict[int, list[GpuState]] = {}
+    for node_id, index, model, memory in Gpu.objects.order_by().values_list(
         "node_id", "index", "model", "memory_mb"
     ):
-        gpus.setdefault(node_id, []).append(GpuState(index, model, memory, memory))
+        by_node.setdefault(node_id, []).append(GpuState(index, model, memory, memory))
     hosts = {
         row[0]: row[1:]
-        for row in Node.objects.filter(id__in=list(gpus)).values_list(
-            "id", "name", "cpus", "memory_mb", "group"
-        )
+        for row in Node.objects.filter(id__in=list(by_node))
+        .order_by()
+        .values_list("id", "name", "cpus", "memory_mb", "group")
     }
     return tuple(
         NodeState(
             hosts[node_id][0],
-            tuple(g),
+            tuple(sorted(g, key=lambda gpu: gpu.index)),
             cpus=hosts[node_id][1],
             memory_mb=hosts[node_id][2],
             group=hosts[node_id][3],
         )
-        for node_id, g in gpus.items()
+        for node_id, g in by_node.items()
         if node_id in hosts
     )
 

@@ -263,7 +263,8 @@ def test_a_single_submit_takes_a_bounded_number_of_queries(
 ) -> None:
     owner_api.post(SUBMIT, _job(), format="json")
     count = _queries(lambda: owner_api.post(SUBMIT, _job(), format="json"))
-    assert count <= 12, count
+    # token and user, memberships with teams, node shapes, savepoint, job, event, release
+    assert count <= 7, count
 
 
 def test_many_submits_ask_for_one_scheduling_cycle(
@@ -301,3 +302,25 @@ def test_job_page_and_queue_show_the_task_as_array_and_index(
     assert f"#{body['job_ids'][0]} {body['array_id']}[4] sweep" in queue
     single = owner_api.post(SUBMIT, _job(), format="json").json()
     assert "[" not in client.get(f"/jobs/{single['id']}/").content.decode().split("<h1>")[1][:40]
+
+
+def test_admission_reads_the_fleet_in_one_query_and_counts_nodes_of_one_shape(
+    owner_api: Any, fleet_nodes: Any
+) -> None:
+    from scheduler.cycle.admission import fleet_nodes as read_fleet
+    from tests.factories import GpuFactory, NodeFactory
+
+    for name in ("sim-c", "sim-d"):
+        node = NodeFactory(name=name, gpu_backend="simulated")
+        for i in (3, 0, 2, 1):
+            GpuFactory(node=node, index=i, model="A100-80GB", memory_mb=81920)
+    with CaptureQueriesContext(connection) as ctx:
+        nodes = read_fleet()
+    assert len(ctx.captured_queries) == 1
+    shapes = sorted((len(n.gpus), n.gpus[0].model, [g.index for g in n.gpus]) for n in nodes)
+    assert shapes == [(2, "V100-32GB", [0, 1])] + [(4, "A100-80GB", [0, 1, 2, 3])] * 3
+    fits = owner_api.post(SUBMIT, _job(gpus=12, gpus_per_node=4), format="json")
+    assert fits.status_code == 201, fits.json()
+    refused = owner_api.post(SUBMIT, _job(gpus=16, gpus_per_node=4), format="json")
+    assert refused.status_code == 400
+    assert "the fleet has 3" in refused.json()["message"], refused.json()
