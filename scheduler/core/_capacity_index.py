@@ -92,7 +92,16 @@ class _Node:
 
 
 class _KindIndex:
-    __slots__ = ("model", "memory_mb", "buckets", "bmask", "partial", "pmask", "whole_total")
+    __slots__ = (
+        "model",
+        "memory_mb",
+        "buckets",
+        "bmask",
+        "partial",
+        "pmask",
+        "whole_total",
+        "free",
+    )
 
     def __init__(self, model: str, memory_mb: int, max_per_node: int) -> None:
         self.model = model
@@ -104,6 +113,8 @@ class _KindIndex:
         self.partial: list[dict[tuple[int, int], None]] = [{} for _ in range(FULL_COMPUTE + 1)]
         self.pmask = 0
         self.whole_total = 0
+        # Free compute percent over the kind's schedulable GPUs that have memory left.
+        self.free = 0
 
     def bucket_add(self, count: int, node_pos: int) -> None:
         if count:
@@ -133,6 +144,11 @@ def _free(free: int | None, total: int | None) -> int | None:
     if free is not None:
         return max(0, free)
     return None if total is None else max(0, total)
+
+
+def _usable(mem: int, comp: int) -> int:
+    """What a GPU adds to its kind's free compute: its free percent while memory is left."""
+    return comp if comp > 0 and mem > 0 else 0
 
 
 def _is_whole(mem: int, comp: int, gpu: GpuState) -> bool:

@@ -34,6 +34,7 @@ from __future__ import annotations
 from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from itertools import islice
 from typing import Any
 
 from scheduler.core._capacity_index import Kind, _KindIndex, _Node, host_request, per_node_gpus
@@ -47,9 +48,17 @@ MAX_SHAPES = 128
 # and whole-GPU requests always come back.
 PRIOR = 0.1
 # Distinct free-memory amounts compared per (kind, free compute) bucket of partly used GPUs.
-MEMORY_SCAN = 4
+MEMORY_SCAN = 2
+# Free-compute buckets of partly used GPUs looked at per kind, tightest first.
+BUCKET_SCAN = 3
 # Partly used GPUs looked at per (kind, free compute) bucket.
-ENTRY_SCAN = 16
+ENTRY_SCAN = 8
+# How steeply a kind that a shape depends on is kept for it as it runs short (1 would
+# be FGD's own weighting; 3 held every shape placeable longest on bench_packing.py).
+PRESSURE_EXPONENT = 3
+# Share of the fleet's free capacity booked or freed after which the pressure is
+# recomputed.
+PRESSURE_STEP = 0.02
 # Nodes compared per (kind, free count) bucket when host CPUs and memory count.
 HOST_SCAN = 8
 
@@ -179,6 +188,33 @@ class Scorer:
         self.host_shapes = [
             (s.cpus, s.host_memory_mb, w) for s, w in self.demand if s.cpus or s.host_memory_mb
         ]
+        self._sets: list[tuple[tuple[Kind, ...], float]] | None = None
+
+    def pressure(self, all_kinds: Iterable[_KindIndex]) -> dict[Kind, float]:
+        """Per GPU kind, what a percent of it is worth to the demand: the weights of the
+        shapes that may use it, each times (free capacity of the fleet / free capacity
+        the shape may use) ** PRESSURE_EXPONENT. With every shape able to use every kind
+        this is 1 everywhere and the placement is plain FGD (where using a kind no shape
+        else wants is a gain); a kind that only few shapes need is used first, and one
+        that some shape needs and that runs short is kept for it, more firmly the shorter
+        it runs. FreeCapacity recomputes it when its free capacity has moved by
+        PRESSURE_STEP of the total since."""
+        supply = {(ki.model, ki.memory_mb): ki.free for ki in all_kinds}
+        if self._sets is None:
+            sets: dict[tuple[Kind, ...], float] = {}
+            for shape, w in self.demand:
+                key = tuple(sorted(k for k in supply if shape.eligible(k)))
+                sets[key] = sets.get(key, 0.0) + w
+            self._sets = list(sets.items())
+        total = sum(supply.values())
+        out = dict.fromkeys(supply, 0.0)
+        for kinds, w in self._sets:
+            usable = sum(supply[k] for k in kinds)
+            if usable <= 0:
+                continue
+            for k in kinds:
+                out[k] += w * (total / usable) ** PRESSURE_EXPONENT
+        return out
 
     def terms(self, kind: Kind) -> _KindTerms:
         found = self._terms.get(kind)
@@ -194,7 +230,7 @@ class Scorer:
             return found
         t = self.terms(kind)
         after = c - k
-        rise = -FULL_COMPUTE * k * t.other
+        rise = 0.0
         for j, w in t.whole:
             if c < j:
                 rise -= w * FULL_COMPUTE * k
@@ -212,7 +248,7 @@ class Scorer:
             return found
         t = self.terms(kind)
         va, ma = v - q, mg - m
-        rise = -q * t.other
+        rise = 0.0
         for _, w in t.whole:
             rise -= w * q
         for qq, mm, w in t.frac:
@@ -230,7 +266,7 @@ class Scorer:
             return found
         t = self.terms(kind)
         left, mem_left = FULL_COMPUTE - q, kind[1] - m
-        rise = -q * t.other
+        rise = 0.0
         for j, w in t.whole:
             if c < j:
                 rise -= w * q
@@ -273,16 +309,22 @@ def choose_whole(
     nodes: list[_Node],
     k: int,
     host: tuple[int, int] | None = None,
+    pressure: dict[Kind, float] | None = None,
 ) -> tuple[_Node, Kind] | None:
     """The node (and GPU kind) where k whole GPUs raise fragmentation least."""
     best: tuple[float, int] | None = None
     pick: tuple[_Node, Kind] | None = None
+    memo = scorer._memo
     for ki in kinds:
         kind = (ki.model, ki.memory_mb)
+        worth = FULL_COMPUTE * k * pressure[kind] if pressure is not None else 0.0
         mask, c = ki.bmask >> k, k
         while mask:
             if mask & 1:
-                base = scorer.whole(kind, c, k)
+                rise = memo.get((0, kind, c, k))
+                if rise is None:
+                    rise = scorer.whole(kind, c, k)
+                base = rise + worth
                 if host is None:
                     key = (base, c)
                     if best is None or key < best:
@@ -312,6 +354,7 @@ def choose_fraction(
     q: int,
     m: int,
     host: tuple[int, int] | None = None,
+    pressure: dict[Kind, float] | None = None,
 ) -> tuple[_Node, int] | None:
     """The node and GPU position where a fraction (q %, m MB) raises fragmentation least:
     per kind, the first GPU that takes it in each free-compute bucket, and a wholly free
@@ -319,30 +362,34 @@ def choose_fraction(
     best: tuple[float, int, int, int] | None = None
     pick: tuple[_Node, int] | None = None
     start = max(q, 1)
+    memo = scorer._memo
     for ki in kinds:
         kind = (ki.model, ki.memory_mb)
+        worth = q * pressure[kind] if pressure is not None else 0.0
         mask = ki.pmask >> start
-        while mask:
+        buckets = 0
+        while mask and buckets < BUCKET_SCAN:
+            buckets += 1
             low = mask & -mask
             mask ^= low
             v = start + low.bit_length() - 1
-            tried: set[int] = set()
-            looked = 0
-            for node_pos, p in ki.partial[v]:
-                looked += 1
-                if looked > ENTRY_SCAN:
-                    break
+            tried: list[int] = []
+            for node_pos, p in islice(ki.partial[v], ENTRY_SCAN):
                 node = nodes[node_pos]
                 mg = node.mem[p]
                 if mg < m or mg in tried or (host is not None and not node.host_fits(*host)):
                     continue
-                tried.add(mg)
-                score = scorer.fraction_partial(kind, v, mg, q, m)
+                tried.append(mg)
+                rise = memo.get((1, kind, v, mg, q, m))
+                if rise is None:
+                    rise = scorer.fraction_partial(kind, v, mg, q, m)
+                score = rise + worth
                 if host is not None:
                     score += scorer.host_rise(node, host[0], host[1], free_share(node) - q)
-                key = (score, 0, v, mg)
-                if best is None or key < best:
-                    best, pick = key, (node, p)
+                if best is None or score <= best[0]:
+                    key = (score, 0, v, mg)
+                    if best is None or key < best:
+                        best, pick = key, (node, p)
                 if len(tried) >= MEMORY_SCAN:
                     break
         if m > ki.memory_mb:
@@ -350,7 +397,7 @@ def choose_fraction(
         mask, c = ki.bmask >> 1, 1
         while mask:
             if mask & 1:
-                base = scorer.fraction_whole(kind, c, q, m)
+                base = scorer.fraction_whole(kind, c, q, m) + worth
                 seen = 0
                 for pos in ki.buckets[c]:
                     node = nodes[pos]

@@ -43,11 +43,13 @@ from scheduler.core._capacity_index import (
     _lowest_bit,
     _Node,
     _request,
+    _usable,
     host_request,
     node_count,
     per_node_gpus,
 )
 from scheduler.core.fragmentation import (
+    PRESSURE_STEP,
     Demand,
     Scorer,
     choose_fraction,
@@ -105,6 +107,10 @@ class FreeCapacity:
         # With a demand, one-node jobs and gang members go where they fragment the fleet
         # least for that demand (scheduler.core.fragmentation); without, plain best fit.
         self._scorer = None if demand is None else Scorer(demand)
+        # The scorer's per-kind pressure, and free capacity booked or freed since.
+        self._pressure: dict[Kind, float] | None = None
+        self._moved = 0
+        self._moved_limit = 0
         templates = [_template(n) for n in nodes]
         self._by_index = {t.node.name: t.by_index for t in templates}
         self._nodes = [_Node.copy_of(t.node, pos) for pos, t in enumerate(templates)]
@@ -125,10 +131,12 @@ class FreeCapacity:
         for node, t in zip(self._nodes, templates, strict=True):
             for kind, comp, p in t.partial:
                 kinds[kind].partial_add(comp, (node.pos, p))
+                kinds[kind].free += comp
             for kind, positions in node.whole.items():
                 ki = kinds[kind]
                 ki.bucket_add(len(positions), node.pos)
                 ki.whole_total += len(positions)
+                ki.free += FULL_COMPUTE * len(positions)
 
     @classmethod
     def from_snapshot(cls, snapshot: Snapshot) -> FreeCapacity:
@@ -243,14 +251,19 @@ class FreeCapacity:
     def _least_fragmenting(self, job: Any, kinds: list[_KindIndex]) -> Choice | None:
         assert self._scorer is not None
         host = (job.cpus, job.memory_mb) if self._host and (job.cpus or job.memory_mb) else None
+        pressure = self._pressure
+        if pressure is None or self._moved > self._moved_limit:
+            pressure = self._pressure = self._scorer.pressure(self._kinds.values())
+            total = sum(ki.free for ki in self._kinds.values())
+            self._moved, self._moved_limit = 0, int(PRESSURE_STEP * total)
         if job.gpus:
-            found = choose_whole(self._scorer, kinds, self._nodes, job.gpus, host)
+            found = choose_whole(self._scorer, kinds, self._nodes, job.gpus, host, pressure)
             if found is None:
                 return None
             node, kind = found
             return node.name, tuple(node.gpus[p].index for p in node.whole[kind][: job.gpus])
         mem, comp = _request(job)
-        spot = choose_fraction(self._scorer, kinds, self._nodes, comp, mem, host)
+        spot = choose_fraction(self._scorer, kinds, self._nodes, comp, mem, host, pressure)
         if spot is None:
             return None
         return spot[0].name, (spot[0].gpus[spot[1]].index,)
@@ -748,6 +761,9 @@ class FreeCapacity:
             return
         kind = n.kind_of[p]
         ki = self._kinds[kind]
+        moved = _usable(mem, comp) - _usable(old_mem, old_comp)
+        ki.free += moved
+        self._moved += abs(moved)
         was_whole, now_whole = _is_whole(old_mem, old_comp, gpu), _is_whole(mem, comp, gpu)
         if was_whole != now_whole:
             positions = n.whole.setdefault(kind, [])
