@@ -45,7 +45,7 @@ from scheduler.core.reservation import (
     occupants_of,
     running_occupants,
 )
-from scheduler.policies.cycle_parts import HeldReservation, QueueRest, duration
+from scheduler.policies.cycle_parts import HeldReservation, QueueRest
 
 VictimRule = Callable[[PendingJob, RunningJob], str | None]
 
@@ -464,11 +464,9 @@ class Cycle:
                 f"GPUs {', '.join(str(i) for i in m.gpu_indices)} on {m.node}"
                 for m in (Member(detail.node, detail.gpu_indices), *detail.members)
             )
-            text = (
-                f"first in line: {where} are reserved for it, "
-                f"expected to start in {duration(detail.start - self.now)}"
-            )
-            return Wait(job.id, text, eta=detail.start)
+            # No time here: the ETA (one forecast, with its band) says when; a reservation's
+            # start from time limits would be a second, different answer.
+            return Wait(job.id, f"first in line: {where} are reserved for it", eta=detail.start)
         if kind == "preempting":
             count = len(detail.jobs)
             noun = "job" if count == 1 else "jobs"
@@ -480,8 +478,7 @@ class Cycle:
             suffix = cache.get(("held",))
             if suffix is None:
                 suffix = cache[("held",)] = (
-                    f"; GPUs on {', '.join(held.nodes)} are reserved for job {held.job_id} "
-                    f"from {duration(held.start - self.now)} from now"
+                    f"; GPUs on {', '.join(held.nodes)} are reserved for job {held.job_id}"
                 )
             text += suffix
         return Wait(job.id, text)

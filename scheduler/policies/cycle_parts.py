@@ -1,6 +1,6 @@
 """Pieces of the policies' shared cycle (scheduler.policies.base): the held reservation
 that backfill may fill around, the per-position needs of the rest of a queue that decide
-when a walk can stop early, and the duration wording of wait reasons."""
+when a walk can stop early."""
 
 from __future__ import annotations
 
@@ -10,18 +10,6 @@ import numpy as np
 
 from scheduler.core.model import FULL_COMPUTE, Member, PendingJob
 from scheduler.core.placement import Choice, FreeCapacity
-
-
-def duration(seconds: float) -> str:
-    """'2h 05m', '45m', '30s': short enough for a reason sentence."""
-    seconds = max(0, int(round(seconds)))
-    if seconds >= 86400:
-        return f"{seconds // 86400}d {seconds % 86400 // 3600}h"
-    if seconds >= 3600:
-        return f"{seconds // 3600}h {seconds % 3600 // 60:02d}m"
-    if seconds >= 60:
-        return f"{seconds // 60}m"
-    return f"{seconds}s"
 
 
 class HeldReservation:
