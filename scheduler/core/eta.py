@@ -3,7 +3,7 @@
 
 `estimate` plays the current plan forward: the plan's placements start now, every job ends
 at its expected time (prediction when the snapshot carries one, else its time limit),
-preempted jobs leave at once, and at each end the remaining queue is placed again by best
+preempted jobs leave at once (before the plan's placements are booked), and at each end the remaining queue is placed again by best
 fit within quotas (a multi-node gang on all its nodes at once), in the policy's order (stopping at the first job that does not fit for
 a blocking policy such as fcfs). A job with a reservation is given at most its reserved
 start. New submissions, failures and the policy's finer rules (packing searches,
@@ -59,8 +59,13 @@ def estimate(
     seq = count()
     preempted = {p.job_id for p in plan.preempts}
     for r in snapshot.running:
-        end = now if r.id in preempted else max(r.expected_end, now)
-        heapq.heappush(ends, (end, next(seq), r, r.allocations))
+        if r.id in preempted:
+            # Its GPUs go to the plan's placements, which are booked next: release them
+            # first, or the forecast would hand them out twice.
+            cap.release_members(r, r.allocations)
+            quota.release(r)
+            continue
+        heapq.heappush(ends, (max(r.expected_end, now), next(seq), r, r.allocations))
     for place in plan.places:
         job = pending.get(place.job_id)
         if job is None:

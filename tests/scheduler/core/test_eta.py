@@ -41,3 +41,25 @@ def test_what_if_now_later_and_never():
     assert what_if(free, get_policy("fcfs"), job(1, 4)) == (True, "a", 5.0, "would start now on a")
     never = what_if(s, get_policy("fcfs"), job(1, 16))
     assert never == (False, None, None, "needs 16 GPUs on one node; the largest node has 4")
+
+
+def test_a_preempted_jobs_gpus_go_to_the_plans_placement_not_twice():
+    from scheduler.core.model import Place, Plan, Preempt
+
+    # One node of 2 GPUs, both held by job 8 (ends at 3600). The plan preempts it and
+    # places job 1 on its GPUs; job 2 must wait for job 1 (limit 600), not start now too.
+    s = snap(
+        [node("a", 2)],
+        [job(1, 2, submitted=0, limit=600), job(2, 2, submitted=1, limit=600)],
+        [running(8, "a", (0, 1), started=0, limit=3600)],
+        now=1000.0,
+    )
+    plan = Plan(
+        "test",
+        places=(Place(1, "a", (0, 1)),),
+        preempts=(Preempt(8, "for job 1"),),
+        order=(1, 2),
+    )
+    out = estimate(s, get_policy("fcfs"), plan=plan)
+    assert out[1][1] == 1000.0
+    assert out[2][1] == 1600.0
