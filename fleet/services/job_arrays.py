@@ -23,7 +23,13 @@ from fleet.models import Job, JobEvent, JobState
 from fleet.models.jobs import ACTIVE_STATES, QUEUED_STATES, ActorKind, JobArray
 from fleet.services import messaging
 from fleet.services.access import admin_team_ids
-from fleet.services.job_states import Actor, StaleAttempt, TransitionRefused, job_transition
+from fleet.services.job_states import (
+    Actor,
+    StaleAttempt,
+    TransitionRefused,
+    job_cancel_queued_many,
+    job_transition,
+)
 from fleet.services.jobs import (
     JobRequest,
     job_validate,
@@ -232,19 +238,16 @@ def job_array_cancel(*, user: Any, job_array: JobArray, reason: str = "") -> int
             f"cancel job array {job_array.pk}."
         )
     reason = reason or f"cancelled by {user.get_username()} (whole array {job_array.pk})"
-    ids = list(
-        Job.objects.filter(array=job_array)
-        .filter(state__in=CANCELLABLE)
-        .order_by("array_index")
-        .values_list("id", flat=True)
-    )
-    cancelled = 0
+    actor = Actor.user(user)
+    tasks = Job.objects.filter(array=job_array, state__in=CANCELLABLE)
     with transaction.atomic():
-        for job_id in ids:
+        # Queued tasks in one statement; the rest (on a node, or held by a scheduling cycle
+        # at that moment) one by one, so each started attempt is stopped.
+        queued = list(tasks.filter(state__in=QUEUED_STATES).values_list("id", flat=True))
+        cancelled = len(job_cancel_queued_many(job_ids=queued, actor=actor, reason=reason))
+        for job_id in tasks.order_by("array_index").values_list("id", flat=True):
             try:
-                job = job_transition(
-                    job_id=job_id, action="cancel", actor=Actor.user(user), reason=reason
-                )
+                job = job_transition(job_id=job_id, action="cancel", actor=actor, reason=reason)
             except (TransitionRefused, StaleAttempt):
                 continue  # it ended or changed meanwhile: nothing to cancel
             stop_previous_attempt(job, reason=job.state_reason)

@@ -294,6 +294,45 @@ def job_dispatch_many(*, dispatches: list[Dispatch], actor: Actor) -> list[Job]:
     return jobs
 
 
+def job_cancel_queued_many(*, job_ids: list[int], actor: Actor, reason: str) -> list[int]:
+    """Cancel, of `job_ids`, the jobs that are pending or held, all at once (a whole job
+    array): their rows are locked and read, then one UPDATE moves them and one INSERT writes
+    their events. A row another transaction holds (a scheduling cycle dispatching it) is
+    skipped, like any job no longer queued: the caller cancels those one by one with
+    `job_transition`, which stops an attempt that started. Returns the ids cancelled. Call
+    inside a transaction."""
+    transition = TRANSITIONS["cancel"]
+    queued = (S.PENDING, S.HELD)
+    rows = list(
+        Job.objects.select_for_update(skip_locked=True)
+        .filter(id__in=job_ids, state__in=queued)
+        .order_by("id")
+        .values_list("id", "state", "attempt")
+    )
+    if not rows:
+        return []
+    now = timezone.now()
+    update = _changes("cancel", attempt=0, requeues=0, reason=reason, now=now)
+    ids = [job_id for job_id, _, _ in rows]
+    Job.objects.filter(id__in=ids, state__in=queued).update(**update)
+    JobEvent.objects.bulk_create(
+        (
+            JobEvent(
+                job_id=job_id,
+                from_state=state,
+                to_state=transition.target,
+                attempt=attempt,
+                reason=reason[:1000],
+                actor_kind=actor.kind,
+                actor=actor.name,
+            )
+            for job_id, state, attempt in rows
+        ),
+        batch_size=2000,
+    )
+    return ids
+
+
 def job_record_ignored(*, job_id: int, action: str, actor: Actor, attempt: int, why: str) -> None:
     """Record a report that was not applied (stale attempt, duplicate, or out of order)."""
     job = Job.objects.filter(id=job_id).values("state").first()

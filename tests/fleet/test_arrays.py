@@ -136,8 +136,9 @@ def test_cancel_of_an_array_cancels_every_task_not_ended(
     who: str,
 ) -> None:
     body = _array(owner_api, 4).json()
-    done, running, *_ = body["job_ids"]
+    done, running, held, _ = body["job_ids"]
     Job.objects.filter(id=done).update(state="succeeded")
+    Job.objects.filter(id=held).update(state="held")
     Job.objects.filter(id=running).update(
         state="running", attempt=1, node=fleet_nodes[0], gpu_indices=[2]
     )
@@ -150,6 +151,15 @@ def test_cancel_of_an_array_cancels_every_task_not_ended(
     assert response.json()["states"] == {"cancelled": 3, "succeeded": 1}
     states = dict(Job.objects.filter(array_id=body["array_id"]).values_list("id", "state"))
     assert states.pop(done) == "succeeded" and set(states.values()) == {"cancelled"}
+    events = JobEvent.objects.filter(job_id__in=body["job_ids"], to_state="cancelled")
+    assert sorted(events.values_list("job_id", "from_state", "reason")) == sorted(
+        [
+            (running, "running", "bad sweep"),
+            (held, "held", "bad sweep"),
+            (body["job_ids"][3], "pending", "bad sweep"),
+        ]
+    )
+    assert Job.objects.get(id=held).finished_at is not None
     stops = [s for s in sent if s[0] == messaging.STOP_JOB_TASK]
     assert stops == [
         (
