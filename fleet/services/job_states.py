@@ -286,7 +286,9 @@ def job_dispatch_many(*, dispatches: list[Dispatch], actor: Actor) -> list[Job]:
         for rank, (node_id, indices) in enumerate(((d.node_id, d.gpu_indices), *d.members))
     )
     jobs = list(
-        Job.objects.select_related("node", "owner", "team").filter(id__in=[d.job_id for d in moved])
+        Job.objects.select_related("node", "owner", "team", "array").filter(
+            id__in=[d.job_id for d in moved]
+        )
     )
     for job in jobs:
         job.previous_state = S.PENDING

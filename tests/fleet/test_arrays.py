@@ -334,3 +334,23 @@ def test_admission_reads_the_fleet_in_one_query_and_counts_nodes_of_one_shape(
     refused = owner_api.post(SUBMIT, _job(gpus=16, gpus_per_node=4), format="json")
     assert refused.status_code == 400
     assert "the fleet has 3" in refused.json()["message"], refused.json()
+
+
+def test_the_scheduling_cycle_starts_tasks_with_their_array_in_the_signed_start(
+    owner_api: Any, fleet_nodes: Any, sent: Any, django_capture_on_commit_callbacks: Any
+) -> None:
+    from scheduler.cycle.runner import run_cycle
+
+    body = _array(owner_api, "2,5")
+    array_id = body.json()["array_id"]
+    with django_capture_on_commit_callbacks(execute=True):
+        run_cycle()
+    starts = {
+        args["job_id"]: args["spec"]["array"]
+        for task, _, args in sent
+        if task == messaging.START_JOB_TASK
+    }
+    tasks = dict(Job.objects.filter(array_id=array_id).values_list("id", "array_index"))
+    assert starts == {
+        job_id: {"job_id": array_id, "index": index, "count": 2} for job_id, index in tasks.items()
+    }
