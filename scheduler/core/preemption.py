@@ -65,7 +65,7 @@ def lost_work(job: RunningJob, now: float) -> float:
 # Defaults of the preemption cost settings (scheduler/cycle/config.py declares them).
 RESTART_OVERHEAD_DEFAULT = 60.0  # seconds a restarted job spends before useful work
 CHECKPOINT_INTERVAL_DEFAULT = 0.0  # with checkpoints: 0 means continuous (nothing lost)
-MAX_PER_JOB_DEFAULT = 3  # preemptions a job may suffer; 0: no cap
+MAX_PER_JOB_DEFAULT = 10  # preemptions a job may suffer; 0: no cap
 # The lost work counts this many times: the victim redoes it, and while it does the fleet
 # lacks that capacity for every other waiting job; and the expected remaining service of a
 # job deep in a heavy tail is a guess, the lost work is certain. 8 measured best on the

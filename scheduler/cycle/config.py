@@ -111,7 +111,7 @@ COMMON: dict[str, Param] = {
         maximum=DAY,
     ),
     "preemption_max_per_job": Param(
-        "int", 3, 0, help="Preemptions a job may suffer (0: no cap).", maximum=1_000
+        "int", 10, 0, help="Preemptions a job may suffer (0: no cap).", maximum=1_000
     ),
     "preemption_cost_weight": Param(
         "number",

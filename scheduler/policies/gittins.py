@@ -33,8 +33,9 @@ class GittinsPolicy:
     "preemption_gain_check", default on): the waiting job's expected remaining service (from
     the same distribution, `mean_residual`) plus the preemption's cost (restart and lost
     progress, `PreemptionCost`) is below the victim's; a job preempted
-    "preemption_max_per_job" times (default 3) is not preempted again. Without any distribution (fewer than 20 finished jobs) the index is
-    1 / (attained + 1): least attained service.
+    "preemption_max_per_job" times (default 10) is not preempted again. Without any
+    distribution (fewer than 20 finished jobs) the index is 1 / (attained + 1): least
+    attained service.
 
     Trade-off: needs no runtime estimates and learns from history how long jobs run and how
     much users over-ask; heavy tails make it least-attained-service, jobs near their limit

@@ -24,7 +24,7 @@ class LasPolicy:
     the preemption's cost (restart, lost progress: `PreemptionCost`) is below the victim's,
     both learned from finished jobs' sizes (`Snapshot.service_distribution`; without them a
     job is expected to need as much again as it has attained). A job preempted
-    "preemption_max_per_job" times (default 3) is not preempted again.
+    "preemption_max_per_job" times (default 10) is not preempted again.
 
     Trade-off: needs no runtime estimates and favours short jobs, since every job starts
     in the first queue and long ones sink; but it preempts (requeue and checkpoint costs),

@@ -135,12 +135,13 @@ def test_las_preempts_only_when_the_gain_beats_the_cost():
 
 
 def test_a_job_preempted_max_per_job_times_is_not_preempted_again():
-    victim = running(7, "a", (0,), started=0.0, attained_service=10 * HOUR, preemptions=2)
+    victim = running(7, "a", (0,), started=0.0, attained_service=10 * HOUR, preemptions=9)
     fresh = [job(1, submitted=100.0)]
     assert [p.job_id for p in _las(fresh, [victim], HOUR).preempts] == [7]
-    capped = replace(victim, preemptions=3)
+    capped = replace(victim, preemptions=10)
     assert _las(fresh, [capped], HOUR).preempts == ()
-    assert _las(fresh, [capped], HOUR, preemption_max_per_job=4).preempts != ()
+    assert _las(fresh, [capped], HOUR, preemption_max_per_job=11).preempts != ()
+    assert _las(fresh, [victim], HOUR, preemption_max_per_job=3).preempts == ()
     assert _las(fresh, [capped], HOUR, preemption_max_per_job=0).preempts != ()  # no cap
     # The cap holds for every reason to preempt, a team reclaiming its guarantee too.
     teams = [team("lab", guaranteed_gpus=1), team("big")]
