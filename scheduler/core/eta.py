@@ -2,7 +2,8 @@
 "would it start now?" estimate.
 
 `estimate` plays the current plan forward: the plan's placements start now, every job ends
-at its expected time (prediction when the snapshot carries one, else its time limit),
+at its expected time (prediction when the snapshot carries one, else its time limit; one
+already past it at the median learned share of its limit above what it has used),
 preempted jobs leave at once (before the plan's placements are booked), and at each end the remaining queue is placed again by best
 fit within quotas (a multi-node gang on all its nodes at once), in the policy's order (stopping at the first job that does not fit for
 a blocking policy such as fcfs). A job with a reservation is given at most its reserved
@@ -18,6 +19,7 @@ few milliseconds per event.
 from __future__ import annotations
 
 import heapq
+from bisect import bisect_right
 from dataclasses import replace
 from itertools import count
 from typing import Any
@@ -58,6 +60,7 @@ def estimate(
     ends: list[tuple[float, int, Any, Members]] = []
     seq = count()
     preempted = {p.job_id for p in plan.preempts}
+    ratios = sorted(snapshot.limit_ratio_distribution)
     for r in snapshot.running:
         if r.id in preempted:
             # Its GPUs go to the plan's placements, which are booked next: release them
@@ -65,7 +68,7 @@ def estimate(
             cap.release_members(r, r.allocations)
             quota.release(r)
             continue
-        heapq.heappush(ends, (max(r.expected_end, now), next(seq), r, r.allocations))
+        heapq.heappush(ends, (_expected_end(r, now, ratios), next(seq), r, r.allocations))
     for place in plan.places:
         job = pending.get(place.job_id)
         if job is None:
@@ -127,6 +130,22 @@ def estimate(
     for job_id in pending:
         out.setdefault(job_id, (position[job_id], None, reasons.get(job_id, "")))
     return out
+
+
+def _expected_end(job: Any, now: float, ratios: list[float]) -> float:
+    """When a running job is expected to end. One already past its predicted end is not
+    about to end "now" (that would promise the jobs behind it a start that keeps slipping):
+    given that it has run this long, it is expected to use the median of the learned
+    actual/limit ratios above the share of its limit it has used (equal-mass atoms; the
+    median, as a heavy tail would put the mean far out), or its whole limit when none is
+    above, or with no history."""
+    end = float(job.expected_end)
+    if end > now or job.time_limit <= 0:
+        return max(end, now)
+    used = (now - job.started_at) / job.time_limit
+    above = ratios[bisect_right(ratios, used) :] if ratios else []
+    share = above[len(above) // 2] if above else 1.0
+    return max(job.started_at + min(share, 1.0) * job.time_limit, now)
 
 
 def what_if(

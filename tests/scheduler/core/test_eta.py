@@ -63,3 +63,20 @@ def test_a_preempted_jobs_gpus_go_to_the_plans_placement_not_twice():
     out = estimate(s, get_policy("fcfs"), plan=plan)
     assert out[1][1] == 1000.0
     assert out[2][1] == 1600.0
+
+
+def test_a_running_job_past_its_predicted_end_is_expected_at_the_learned_conditional_median():
+    from dataclasses import replace
+
+    # Job 8 was predicted to use 300 s of its 1,000 s limit but is still running at 500 s.
+    s = snap(
+        [node("a", 2)],
+        [job(1, 2, submitted=0, limit=600)],
+        [running(8, "a", (0, 1), started=0, limit=1000, predicted_runtime=300)],
+        now=500.0,
+    )
+    # No history of actual/limit ratios: it may use its whole limit.
+    assert estimate(s, get_policy("fcfs"))[1][1] == 1000.0
+    # Finished jobs used 10%..100% of their limits: of those above 50%, the median is 80%.
+    learned = replace(s, limit_ratio_distribution=tuple(i / 10 for i in range(1, 11)))
+    assert estimate(learned, get_policy("fcfs"))[1][1] == 800.0
