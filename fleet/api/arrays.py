@@ -72,7 +72,8 @@ class JobBulkApi(APIView):
                     f".{field}" if field and field != "non_field_errors" else ""
                 )
                 message = f"{where}: {_first_message(errors[field]) if field else errors}"
-                raise ApplicationError(message, {"index": index, "fields": dict(errors)}) from exc
+                extra = {"index": index, "fields": {"jobs": [message]}, "item_fields": dict(errors)}
+                raise ApplicationError(message, extra) from exc
             requests.append(JobRequest(**values))
         jobs = job_arrays.jobs_submit_many(user=request.user, requests=requests)
         data = {"count": len(jobs), "job_ids": [job.pk for job in jobs]}

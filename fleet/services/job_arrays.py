@@ -173,10 +173,13 @@ def job_array_submit(*, user: Any, request: JobRequest, array: Any) -> tuple[Job
 
 
 def _item_error(index: int, exc: ApplicationError) -> ApplicationError:
+    """The refusal of one item of a bulk submit as the request's: on its field `jobs`, the
+    message led by `jobs[i].field`, the item's own fields in `item_fields`."""
     fields = exc.extra.get("fields") or {}
     where = f"jobs[{index}]" + (f".{next(iter(fields))}" if fields else "")
-    error = type(exc)(f"{where}: {exc.message}", {**exc.extra, "index": index})
-    return error
+    message = f"{where}: {exc.message}"
+    extra = {**exc.extra, "index": index, "fields": {"jobs": [message]}, "item_fields": fields}
+    return type(exc)(message, extra)
 
 
 def jobs_submit_many(*, user: Any, requests: list[JobRequest]) -> list[Job]:

@@ -8,7 +8,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from fleet.api.jobs import JobListApi
+from fleet.api.jobs import JobRequestInput
 from fleet.services.jobs import JobRequest
 from scheduler.cycle.queries import job_estimate
 
@@ -26,12 +26,12 @@ class JobEstimateApi(APIView):
         team = serializers.CharField()
 
     @extend_schema(
-        request=JobListApi.InputSerializer,
+        request=JobRequestInput,
         responses=OutputSerializer,
         summary="Estimate a submission's start without submitting it (nothing is written).",
     )
     def post(self, request: Request) -> Response:
-        serializer = JobListApi.InputSerializer(data=request.data)
+        serializer = JobRequestInput(data=request.data)
         serializer.is_valid(raise_exception=True)
         estimate = job_estimate(user=request.user, request=JobRequest(**serializer.validated_data))
         return Response(self.OutputSerializer(estimate).data)

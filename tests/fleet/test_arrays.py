@@ -226,6 +226,9 @@ def test_one_bad_bulk_item_refuses_the_whole_request_naming_its_index(
     assert body["message"].startswith(f"{where}: "), body
     assert needle in body["message"]
     assert body["extra"]["index"] == 2
+    assert body["extra"]["fields"] == {"jobs": [body["message"]]}
+    field = where.split(".", 1)[1]
+    assert field in body["extra"]["item_fields"]
     assert not Job.objects.exists()
 
 

@@ -26,6 +26,8 @@ from hypothesis.errors import Unsatisfiable
 from schemathesis import GenerationMode
 from schemathesis.specs.openapi.checks import positive_data_acceptance
 
+from fleet.services.job_arrays import job_array_submit
+from fleet.services.jobs import JobRequest
 from fleet.services.tokens import token_rotate
 from tests.factories import JobFactory
 
@@ -44,6 +46,7 @@ STAFF_METHODS = {"POST", "PATCH", "PUT", "DELETE"}
 BUSINESS_RULES = {
     ("POST", "/api/v1/jobs/"),
     ("POST", "/api/v1/jobs/estimate/"),
+    ("POST", "/api/v1/jobs/bulk/"),
     ("PATCH", "/api/v1/teams/{slug}/"),
     ("GET", "/api/v1/nodes/{name}/telemetry/"),
     # A period that starts before it ends, and spans at most a year.
@@ -144,6 +147,10 @@ def test_the_api_holds_to_its_schema_under_fuzzing(
     job = JobFactory(owner=owner, team=team, workdir="/home/owner/project")
     real = {"job_id": job.pk, "name": fleet_nodes[0].name, "slug": team.slug}
     real["run_id"] = "0123456789abcdef"  # an advisor run id (none exists: 404 or 403)
+    job_array, _ = job_array_submit(
+        user=owner, request=JobRequest(name="sweep", command="true"), array=2
+    )
+    real["array_id"] = job_array.pk
 
     _run.cases = 0  # type: ignore[attr-defined]
     failures: list[str] = []
