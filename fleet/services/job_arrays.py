@@ -5,8 +5,8 @@ meaning 0..N-1), like Slurm's `sbatch --array`; each task is a Job with `array` 
 `array_index`, and its process sees FLEET_ARRAY_JOB_ID, FLEET_ARRAY_INDEX and
 FLEET_ARRAY_TASK_COUNT. A bulk submit is a list of unrelated job requests. Both are
 validated whole before anything is written (the fleet's node shapes and the user's teams
-are read once per request, not once per job) and inserted with one INSERT per table in one
-transaction, so a request is taken whole or refused whole (docs/arrays.md).
+are read once per request, not once per job) and inserted with bulk INSERTs (BATCH rows
+each) in one transaction, so a request is taken whole or refused whole (docs/arrays.md).
 """
 
 from __future__ import annotations
