@@ -41,7 +41,7 @@ from scheduler.core._capacity_index import Kind, _KindIndex, _Node, host_request
 from scheduler.core.model import FULL_COMPUTE
 
 # Jobs sampled (evenly over the queue and the running jobs) to estimate the mix.
-MAX_SAMPLE = 512
+MAX_SAMPLE = 256
 # Shapes kept (the most frequent); the rest are dropped and weights renormalized.
 MAX_SHAPES = 128
 # Weight of one whole GPU mixed into a mix read off the queue: a queue is a small sample,
@@ -118,11 +118,40 @@ def normalize(counts: Iterable[tuple[DemandShape, float]]) -> Demand:
     for shape, weight in counts:
         if weight > 0:
             merged[shape] = merged.get(shape, 0.0) + weight
-    kept = sorted(merged.items(), key=lambda item: (-item[1], repr(item[0])))[:MAX_SHAPES]
+    kept = sorted(merged.items(), key=lambda item: (-item[1], _order(item[0])))[:MAX_SHAPES]
     total = sum(w for _, w in kept)
     if total <= 0:
         return DEFAULT_DEMAND
     return tuple((shape, w / total) for shape, w in kept)
+
+
+def _order(shape: DemandShape) -> tuple[Any, ...]:
+    return (
+        shape.gpus,
+        shape.compute_percent,
+        shape.memory_mb,
+        shape.gpu_model or "",
+        shape.min_gpu_memory_mb,
+        shape.cpus,
+        shape.host_memory_mb,
+    )
+
+
+# Shapes of jobs seen lately, by id (with the job, so a reused id is not mistaken): a
+# simulator's or a cycle's next snapshot mostly holds the same frozen job objects.
+_SHAPES: dict[int, tuple[Any, DemandShape]] = {}
+_SHAPES_MAX = 1 << 16
+
+
+def _cached_shape(job: Any) -> DemandShape:
+    found = _SHAPES.get(id(job))
+    if found is not None and found[0] is job:
+        return found[1]
+    if len(_SHAPES) >= _SHAPES_MAX:
+        _SHAPES.clear()
+    shape = shape_of(job)
+    _SHAPES[id(job)] = (job, shape)
+    return shape
 
 
 def demand_from_jobs(jobs: Sequence[Any], sample: int = MAX_SAMPLE) -> Demand:
@@ -130,7 +159,7 @@ def demand_from_jobs(jobs: Sequence[Any], sample: int = MAX_SAMPLE) -> Demand:
     if not jobs:
         return DEFAULT_DEMAND
     step = max(1, len(jobs) // sample)
-    counts = Counter(shape_of(j) for j in jobs[::step])
+    counts = Counter(_cached_shape(j) for j in jobs[::step])
     return normalize((s, float(c)) for s, c in counts.items())
 
 

@@ -33,6 +33,7 @@ still hold a member, which keeps whole nodes for bigger gangs.
 from __future__ import annotations
 
 from bisect import insort
+from collections.abc import Callable
 from typing import Any
 
 from scheduler.core._capacity_index import (
@@ -103,10 +104,18 @@ def _template(state: NodeState) -> _Template:
 
 
 class FreeCapacity:
-    def __init__(self, nodes: tuple[NodeState, ...], demand: Demand | None = None) -> None:
-        # With a demand, one-node jobs and gang members go where they fragment the fleet
-        # least for that demand (scheduler.core.fragmentation); without, plain best fit.
+    def __init__(
+        self,
+        nodes: tuple[NodeState, ...],
+        demand: Demand | None = None,
+        demand_source: Callable[[], Demand] | None = None,
+    ) -> None:
+        # With a demand (or a source of one, read on the first placement that needs it),
+        # one-node jobs and gang members go where they fragment the fleet least for that
+        # demand (scheduler.core.fragmentation); without, plain best fit.
+        self._aware = demand is not None or demand_source is not None
         self._scorer = None if demand is None else Scorer(demand)
+        self._demand_source = demand_source
         # The scorer's per-kind pressure, and free capacity booked or freed since.
         self._pressure: dict[Kind, float] | None = None
         self._moved = 0
@@ -144,11 +153,19 @@ class FreeCapacity:
         "best_fit"."""
         if snapshot.settings.get("placement", "fragmentation") == "best_fit":
             return cls(snapshot.nodes)
-        return cls(snapshot.nodes, demand_of_snapshot(snapshot))
+        return cls(snapshot.nodes, demand_source=lambda: demand_of_snapshot(snapshot))
 
     @property
     def fragmentation_aware(self) -> bool:
-        return self._scorer is not None
+        return self._aware
+
+    def scorer(self) -> Scorer | None:
+        """The fragmentation scorer (built from the demand source on first use), or None
+        for plain best fit."""
+        if self._scorer is None and self._demand_source is not None:
+            self._scorer = Scorer(self._demand_source())
+            self._demand_source = None
+        return self._scorer
 
     # -- constraints -------------------------------------------------------------------
 
@@ -232,7 +249,7 @@ class FreeCapacity:
         if job.gpus_per_node and job.gpus > job.gpus_per_node:
             raise ValueError(f"job {job.id} spans several nodes: use best_fit_members")
         kinds = self._eligible_kinds(job)
-        if self._scorer is not None:
+        if self._aware:
             choice = self._least_fragmenting(job, kinds)
         elif self._host and (job.cpus or job.memory_mb):
             host = (job.cpus, job.memory_mb)
@@ -249,21 +266,22 @@ class FreeCapacity:
         return choice
 
     def _least_fragmenting(self, job: Any, kinds: list[_KindIndex]) -> Choice | None:
-        assert self._scorer is not None
+        scorer = self.scorer()
+        assert scorer is not None
         host = (job.cpus, job.memory_mb) if self._host and (job.cpus or job.memory_mb) else None
         pressure = self._pressure
         if pressure is None or self._moved > self._moved_limit:
-            pressure = self._pressure = self._scorer.pressure(self._kinds.values())
+            pressure = self._pressure = scorer.pressure(self._kinds.values())
             total = sum(ki.free for ki in self._kinds.values())
             self._moved, self._moved_limit = 0, int(PRESSURE_STEP * total)
         if job.gpus:
-            found = choose_whole(self._scorer, kinds, self._nodes, job.gpus, host, pressure)
+            found = choose_whole(scorer, kinds, self._nodes, job.gpus, host, pressure)
             if found is None:
                 return None
             node, kind = found
             return node.name, tuple(node.gpus[p].index for p in node.whole[kind][: job.gpus])
         mem, comp = _request(job)
-        spot = choose_fraction(self._scorer, kinds, self._nodes, comp, mem, host, pressure)
+        spot = choose_fraction(scorer, kinds, self._nodes, comp, mem, host, pressure)
         if spot is None:
             return None
         return spot[0].name, (spot[0].gpus[spot[1]].index,)
@@ -321,7 +339,7 @@ class FreeCapacity:
         check = self._host and (host[0] or host[1])
         same_group = bool(job.same_group)
         nodes = self._nodes
-        scorer = self._scorer
+        scorer = self.scorer()
         best: tuple[tuple[Any, ...], _KindIndex, list[tuple[int, int]]] | None = None
         for ki in kinds:
             if ki.whole_total < need * per:

@@ -13,6 +13,7 @@ from hypothesis import strategies as st
 from scheduler.core.fragmentation import (
     DEFAULT_DEMAND,
     DemandShape,
+    blend,
     demand_from_jobs,
     demand_of_snapshot,
     node_fragmentation,
@@ -147,6 +148,14 @@ def test_demand_comes_from_the_queue_with_a_prior_and_can_be_switched_off():
     assert demand_from_jobs([]) == DEFAULT_DEMAND
 
 
+def test_a_decayed_history_keeps_what_it_was_told_to_keep():
+    old = ((DemandShape(8), 1.0),)
+    new = ((DemandShape(0, 25, 4 * GB), 1.0),)
+    mixed = dict(blend(old, new, 0.25))
+    assert abs(mixed[DemandShape(8)] - 0.25) < 1e-9
+    assert abs(mixed[DemandShape(0, 25, 4 * GB)] - 0.75) < 1e-9
+
+
 @settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 @given(
     free=st.lists(
@@ -195,9 +204,9 @@ def test_choice_on_one_node_is_the_least_rise_of_the_exact_measure(free, shapes,
 
     def rise(spot) -> float:
         cap = FreeCapacity(nodes, demand)
-        before = node_fragmentation(cap._scorer.demand, cap._by_name["n"])
+        before = node_fragmentation(cap.scorer().demand, cap._by_name["n"])
         cap.take(request, *spot)
-        return node_fragmentation(cap._scorer.demand, cap._by_name["n"]) - before
+        return node_fragmentation(cap.scorer().demand, cap._by_name["n"]) - before
 
     best = min(rise(c) for c in aware.candidates(request))
     assert abs(rise(choice) - best) < 1e-6
