@@ -107,3 +107,23 @@ def test_a_start_with_a_malformed_array_is_refused_with_its_reason(
     assert not list((agent.state_dir / "logs").glob(f"{job.pk}.*.log")) or all(
         p.read_text() == "" for p in (agent.state_dir / "logs").glob(f"{job.pk}.*.log")
     )
+
+
+def test_an_attempt_record_keeps_the_array_across_an_agent_restart() -> None:
+    from dataclasses import asdict
+
+    from workers.executor.spec import JobSpec, job_environment, spec_from_start
+
+    spec = spec_from_start(
+        7, 1, {"command": "true", "array": {"job_id": 3, "index": 9, "count": 10}},
+        log_path="/tmp/x.log", default_grace=2,
+    )  # fmt: skip
+    again = JobSpec.from_record(asdict(spec))
+    assert again == spec
+    env = job_environment(again, base_env={})
+    assert (env["FLEET_ARRAY_JOB_ID"], env["FLEET_ARRAY_INDEX"], env["FLEET_ARRAY_TASK_COUNT"]) == (
+        "3", "9", "10",
+    )  # fmt: skip
+    own = JobSpec(job_id=8, attempt=1, command="true", log_path="/tmp/y.log",
+                  env={"FLEET_ARRAY_INDEX": "99"})  # fmt: skip
+    assert "FLEET_ARRAY_INDEX" not in job_environment(own, base_env={})
