@@ -214,6 +214,7 @@ class Scorer:
         self.demand = normalize(demand)
         self._terms: dict[Kind, _KindTerms] = {}
         self._memo: dict[tuple[Any, ...], float] = {}
+        self._orders: dict[tuple[Any, ...], list[tuple[float, int]]] = {}
         self.host_shapes = [
             (s.cpus, s.host_memory_mb, w) for s, w in self.demand if s.cpus or s.host_memory_mb
         ]
@@ -249,6 +250,30 @@ class Scorer:
         found = self._terms.get(kind)
         if found is None:
             found = self._terms[kind] = _KindTerms(self.demand, kind)
+        return found
+
+    def whole_order(self, kind: Kind, k: int, most: int) -> list[tuple[float, int]]:
+        """(rise, free count) for k whole GPUs on nodes with k..most free, least rise first
+        (ties: fewest free)."""
+        key = (3, kind, k, most)
+        found = self._orders.get(key)
+        if found is None:
+            found = self._orders[key] = sorted(
+                (self.whole(kind, c, k), c) for c in range(k, most + 1)
+            )
+        return found
+
+    def fraction_whole_order(
+        self, kind: Kind, q: int, m: int, most: int
+    ) -> list[tuple[float, int]]:
+        """(rise, free count) for a fraction on a wholly free GPU of nodes with 1..most
+        free, least rise first."""
+        key = (4, kind, q, m, most)
+        found = self._orders.get(key)
+        if found is None:
+            found = self._orders[key] = sorted(
+                (self.fraction_whole(kind, c, q, m), c) for c in range(1, most + 1)
+            )
         return found
 
     def whole(self, kind: Kind, c: int, k: int) -> float:
@@ -347,6 +372,17 @@ def choose_whole(
     for ki in kinds:
         kind = (ki.model, ki.memory_mb)
         worth = FULL_COMPUTE * k * pressure[kind] if pressure is not None else 0.0
+        if host is None:
+            if not ki.bmask >> k:
+                continue
+            bmask = ki.bmask
+            for least, c in scorer.whole_order(kind, k, len(ki.buckets) - 1):
+                if (bmask >> c) & 1:
+                    key = (least + worth, c)
+                    if best is None or key < best:
+                        best, pick = key, (nodes[next(iter(ki.buckets[c]))], kind)
+                    break
+            continue
         mask, c = ki.bmask >> k, k
         while mask:
             if mask & 1:
@@ -422,6 +458,18 @@ def choose_fraction(
                 if len(tried) >= MEMORY_SCAN:
                     break
         if m > ki.memory_mb:
+            continue
+        if host is None:
+            bmask = ki.bmask
+            if not bmask:
+                continue
+            for least, c in scorer.fraction_whole_order(kind, q, m, len(ki.buckets) - 1):
+                if (bmask >> c) & 1:
+                    key = (least + worth, 1, c, 0)
+                    if best is None or key < best:
+                        node = nodes[next(iter(ki.buckets[c]))]
+                        best, pick = key, (node, node.whole[kind][0])
+                    break
             continue
         mask, c = ki.bmask >> 1, 1
         while mask:
