@@ -70,10 +70,8 @@ def mark_overdue(now: float, waiting: Iterable[int], calibration: EtaCalibration
             if calibration.overdue(eta - at, now - at):
                 marks.append(json.dumps([round(max(eta - at, 0.0), 1), None]))
                 pipe.set(key, raw.decode() + OVERDUE, xx=True, keepttl=True)
-        if marks:
-            pipe.rpush(OUTCOMES_KEY, *marks)
-            pipe.ltrim(OUTCOMES_KEY, -KEEP, -1)
-            pipe.execute()
+        pipe.execute()
+        _append_outcomes(client, marks)
         return len(marks)
     except Exception:  # noqa: BLE001 - advisory
         log.warning("could not mark overdue ETA forecasts in Redis", exc_info=True)
@@ -99,11 +97,7 @@ def learn_starts(now: float, started: Iterable[int]) -> int:
             judged = text.endswith(OVERDUE)
             at, eta = (float(x) for x in text.removesuffix(OVERDUE).split())
             pairs.append(json.dumps([round(max(eta - at, 0.0), 1), round(now - at, 1), judged]))
-        if pairs:
-            pipe = client.pipeline(transaction=False)
-            pipe.rpush(OUTCOMES_KEY, *pairs)
-            pipe.ltrim(OUTCOMES_KEY, -KEEP, -1)
-            pipe.execute()
+        _append_outcomes(client, pairs)
         return len(pairs)
     except Exception:  # noqa: BLE001 - advisory
         log.warning("could not record ETA outcomes in Redis", exc_info=True)
@@ -147,6 +141,15 @@ def band_for(
         datetime.fromtimestamp(low, tz=eta.tzinfo),
         datetime.fromtimestamp(high, tz=eta.tzinfo),
     )
+
+
+def _append_outcomes(client: Any, items: list[str]) -> None:
+    """Add outcomes (JSON) to the capped list, oldest dropped first."""
+    if items:
+        pipe = client.pipeline(transaction=False)
+        pipe.rpush(OUTCOMES_KEY, *items)
+        pipe.ltrim(OUTCOMES_KEY, -KEEP, -1)
+        pipe.execute()
 
 
 def _client() -> Any:
