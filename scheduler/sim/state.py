@@ -142,7 +142,15 @@ class SimState:
         self.busy_gpus = 0.0
         teams = sorted({j.team for j in jobs})
         self._settings = MappingProxyType(
-            {"explain": config.explain, "plan_waits": config.plan_waits, **config.settings}
+            {
+                "explain": config.explain,
+                "plan_waits": config.plan_waits,
+                # Policies price preemptions by what the simulator does with them, unless
+                # the run's settings say otherwise.
+                "preemption_checkpoints": config.checkpointing,
+                "preemption_restart_overhead": config.restart_overhead,
+                **config.settings,
+            }
         )
         half_life = float(self._settings.get("fairshare_half_life", DEFAULT_HALF_LIFE))
         self.usage = TeamUsage(teams, half_life, config.team_guaranteed)
