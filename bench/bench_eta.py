@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "bench"))
 
-from bench_policy_quality import CPUS_PER_GPU, MEMORY_GB_PER_GPU, SCENARIOS, TRACE  # noqa: E402
+from bench_policy_quality import SCENARIOS, TRACE, window_jobs  # noqa: E402
 
 from scheduler.policies import get_policy  # noqa: E402
 from scheduler.sim.cluster import parse_cluster  # noqa: E402
@@ -33,7 +33,6 @@ from scheduler.sim.eta_check import EtaDriver, eta_metrics  # noqa: E402
 from scheduler.sim.predict import make_predictor  # noqa: E402
 from scheduler.sim.sources import load_philly  # noqa: E402
 from scheduler.sim.state import SimConfig  # noqa: E402
-from scheduler.sim.transform import prepare  # noqa: E402
 
 
 def main() -> None:
@@ -59,17 +58,7 @@ def main() -> None:
         spec, load = SCENARIOS[scen]
         cluster = parse_cluster(spec)
         for start in (int(s) for s in a.starts.split(",")):
-            jobs, _ = prepare(
-                raw,
-                window=f"{start}:{start + a.size}",
-                total_gpus=cluster.total_gpus,
-                max_node_gpus=cluster.max_node_gpus,
-                load=load,
-                seed=a.seed,
-                cluster=cluster,
-                cpus_per_gpu=CPUS_PER_GPU,
-                memory_gb_per_gpu=MEMORY_GB_PER_GPU,
-            )
+            jobs, _ = window_jobs(raw, cluster, load, start, a.size, a.seed)
             config = SimConfig(
                 cycle_interval=60.0, restart_overhead=60.0, checkpointing=True, plan_waits=True
             )

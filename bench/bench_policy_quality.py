@@ -37,6 +37,7 @@ import sys
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -59,6 +60,23 @@ CPUS_PER_GPU = 4.0
 MEMORY_GB_PER_GPU = 32.0
 REALISTIC_EXCLUDE = {"srpt-oracle"}
 NO_CKPT = "/no-ckpt"
+
+
+def window_jobs(raw: list, cluster: Any, load: float, start: int, size: int, seed: int) -> Any:
+    """The recipe's jobs for one window on one cluster: (jobs, report). Jobs that can never
+    fit (here: 128 GPUs, on either 64-GPU cluster) are dropped before the window is chosen,
+    as zero-length jobs are."""
+    return prepare(
+        raw,
+        window=f"{start}:{start + size}",
+        total_gpus=cluster.total_gpus,
+        max_node_gpus=cluster.max_node_gpus,
+        load=load,
+        seed=seed,
+        cluster=cluster,
+        cpus_per_gpu=CPUS_PER_GPU,
+        memory_gb_per_gpu=MEMORY_GB_PER_GPU,
+    )
 
 
 def main() -> None:
@@ -112,19 +130,7 @@ def main() -> None:
         spec, load = SCENARIOS[scen]
         cluster = parse_cluster(spec)
         for start in (int(s) for s in a.starts.split(",")):
-            # Jobs that can never fit (here: 128 GPUs, on either 64-GPU cluster) are dropped
-            # before the window is chosen, as zero-length jobs are.
-            jobs, rep = prepare(
-                raw,
-                window=f"{start}:{start + a.size}",
-                total_gpus=cluster.total_gpus,
-                max_node_gpus=cluster.max_node_gpus,
-                load=load,
-                seed=a.seed,
-                cluster=cluster,
-                cpus_per_gpu=CPUS_PER_GPU,
-                memory_gb_per_gpu=MEMORY_GB_PER_GPU,
-            )
+            jobs, rep = window_jobs(raw, cluster, load, start, a.size, a.seed)
             config = SimConfig(
                 cycle_interval=60.0,
                 restart_overhead=60.0,
