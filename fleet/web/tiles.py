@@ -76,7 +76,8 @@ def tile_html(tile: Tile, job_prefix: str) -> str:
             + "</div>"
         )
     if not tile.jobs:
-        parts.append('<div class="t-job idle">idle</div>')
+        # "free", not "idle": idle is the badge of a job holding GPUs it does not use.
+        parts.append('<div class="t-job free">free</div>')
     parts.append("</li>")
     return "".join(parts)
 

@@ -112,3 +112,11 @@ def test_idle_for_reads_like_a_person_would_say_it() -> None:
     assert idle_for(61 * 60) == "1 h 1 min"
     assert idle_for(2 * 3600) == "2 h"
     assert idle_for(26 * 3600 + 5 * 60) == "1 d 2 h"
+
+
+def test_a_free_gpu_says_free_so_that_idle_means_only_the_badge() -> None:
+    from fleet.web.tiles import tile_html
+    from fleet.web.views.fleet import Tile
+
+    html = str(tile_html(Tile(index=0, model="A100-80GB", memory_mb=81920, jobs=[]), "/jobs/"))
+    assert '<div class="t-job free">free</div>' in html and "idle" not in html
