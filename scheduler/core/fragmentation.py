@@ -44,6 +44,11 @@ from scheduler.core.model import FULL_COMPUTE
 MAX_SAMPLE = 256
 # Shapes kept (the most frequent); the rest are dropped and weights renormalized.
 MAX_SHAPES = 128
+# Added to a whole-GPU placement's rise per GPU it leaves free on its node (percent of a
+# GPU): fuller nodes first unless the rise says clearly otherwise, as best fit does; they
+# drain back to whole nodes sooner as jobs end. 0 is plain FGD, which on the Philly replay
+# (first 20,000 jobs, priority) raised avg JCT by 22 % against best fit; 30 matched it.
+CONSOLIDATE = 30.0
 # Weight of one whole GPU mixed into a mix read off the queue: a queue is a small sample,
 # and whole-GPU requests always come back.
 PRIOR = 0.1
@@ -291,6 +296,7 @@ class Scorer:
             elif after < j:
                 rise += w * FULL_COMPUTE * after
         # Fractions: the GPUs taken were usable before and are gone after; no change.
+        rise += CONSOLIDATE * after
         self._memo[key] = rise = round(rise, 9)
         return rise
 
