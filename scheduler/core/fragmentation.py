@@ -22,8 +22,11 @@ The rise only depends on a few numbers, which is what keeps a cycle cheap:
 - a fraction on a wholly free GPU: on (K, c) and the fraction.
 
 So the scores are memoized per key, and a placement looks at one node per (kind, free
-count) bucket and one GPU per (kind, free compute) bucket, as best fit does. A node that
-mixes GPU kinds is scored per kind. Where nodes report host CPUs and memory, a placement
+count) bucket and a few GPUs per (kind, free compute) bucket, as best fit does. A node that
+mixes GPU kinds is scored per kind. Two terms are fleet's own: each kind is weighed by the
+shapes that depend on it (`Scorer.pressure`), so a kind that some requests name is kept
+for them as it runs short; and a whole-GPU placement pays CONSOLIDATE per GPU it leaves
+free on its node, so nodes drain back to whole as jobs end (docs/packing.md). Where nodes report host CPUs and memory, a placement
 that leaves a node without the host room some shape needs adds that shape's weight times
 the node's remaining free GPUs (an upper bound of what it strands there), and up to
 `HOST_SCAN` nodes per bucket are compared.

@@ -1,5 +1,10 @@
 """Free capacity of the fleet as a mutable working copy, shared by every policy.
 
+`from_snapshot` places fragmentation-aware by default (scheduler.core.fragmentation,
+docs/packing.md): `best_fit` and `best_fit_members` then choose the spot that leaves the
+most of the recent request mix able to fit; settings "placement" "best_fit" gives the
+plain best fit described below.
+
 `FreeCapacity.from_snapshot(snapshot)` copies what running jobs leave free on each GPU of
 each schedulable node; a policy then asks where a job fits (`best_fit`, `candidates`) and
 books its choices (`take`), or gives capacity back (`release`) when it simulates jobs
