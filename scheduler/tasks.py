@@ -7,6 +7,7 @@ from typing import Any
 from celery import shared_task
 
 from fleet.celery import CONTROL_QUEUE
+from fleet.services.messaging import request_schedule
 from scheduler.cycle.runner import run_cycle
 
 
@@ -22,6 +23,10 @@ from scheduler.cycle.runner import run_cycle
 def schedule_cycle() -> dict[str, Any] | None:
     record = run_cycle()
     if record is None:
+        # Another cycle holds the lock and may have read the queue before what asked for
+        # this one was written: ask again (collapsed with other requests), so nothing waits
+        # for the periodic tick.
+        request_schedule()
         return None
     return {"cycle": record.pk, "placed": record.placed, "duration_ms": record.duration_ms}
 

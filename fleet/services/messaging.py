@@ -8,9 +8,10 @@ Every message to an agent is signed for its node and expires (fleet.services.wir
 from __future__ import annotations
 
 import logging
+import time
 from typing import Any
 
-from django.core.cache import cache
+from django.conf import settings
 from django.db import transaction
 
 from fleet.celery import CONTROL_QUEUE, app, node_queue
@@ -19,8 +20,9 @@ from fleet.services import wire
 log = logging.getLogger(__name__)
 
 SCHEDULE_TASK = "scheduler.tasks.schedule_cycle"
-SCHEDULE_DEBOUNCE_KEY = "scheduler:cycle-requested"
-SCHEDULE_DEBOUNCE_SECONDS = 1
+SCHEDULE_DEBOUNCE_KEY = "fleet:scheduler:cycle-requested"
+SCHEDULE_TRAILING_KEY = "fleet:scheduler:cycle-requested-again"
+SCHEDULE_DEBOUNCE_SECONDS = 0.5
 
 
 def _send(task: str, queue: str, kwargs: dict[str, Any], countdown: float | None = None) -> None:
@@ -44,18 +46,52 @@ def send_to_node_on_commit(
 
 
 def request_schedule() -> None:
-    """Ask for a scheduling cycle soon; bursts of requests collapse into one cycle."""
+    """Ask for a scheduling cycle; bursts of requests collapse. The first request of a
+    window (SCHEDULE_DEBOUNCE_SECONDS) gets a cycle at once, so a job submitted to an idle
+    fleet starts without waiting out the window; requests during the window share one more
+    cycle at its end, which sees everything they wrote. So a burst of any size costs two
+    cycles a window at most, and nothing waits longer than a window. The window lives in
+    Redis (milliseconds; Django's cache rounds timeouts down to whole seconds)."""
 
     def send() -> None:
+        now = time.time()
+        window_ms = int(SCHEDULE_DEBOUNCE_SECONDS * 1000)
         try:
-            first = cache.add(SCHEDULE_DEBOUNCE_KEY, 1, timeout=SCHEDULE_DEBOUNCE_SECONDS)
+            client = _redis()
+            first = bool(client.set(SCHEDULE_DEBOUNCE_KEY, repr(now), nx=True, px=window_ms))
+            opened = now if first else float(client.get(SCHEDULE_DEBOUNCE_KEY) or now)
+            again = not first and bool(client.set(SCHEDULE_TRAILING_KEY, 1, nx=True, px=window_ms))
         except Exception:
-            log.warning("cache unavailable; the periodic cycle will schedule")
+            log.warning("Redis unavailable; the periodic cycle will schedule")
             return
         if first:
-            _send(SCHEDULE_TASK, CONTROL_QUEUE, {}, countdown=SCHEDULE_DEBOUNCE_SECONDS)
+            _send(SCHEDULE_TASK, CONTROL_QUEUE, {})
+        elif again:
+            # At the end of the window that the first request opened.
+            left = SCHEDULE_DEBOUNCE_SECONDS - (now - opened)
+            countdown = min(max(left, 0.05), SCHEDULE_DEBOUNCE_SECONDS)
+            _send(SCHEDULE_TASK, CONTROL_QUEUE, {}, countdown=countdown)
 
     transaction.on_commit(send)
+
+
+def schedule_window_reset() -> None:
+    """Forget the current window (tests, and a control worker that starts afresh)."""
+    _redis().delete(SCHEDULE_DEBOUNCE_KEY, SCHEDULE_TRAILING_KEY)
+
+
+_client: Any = None
+
+
+def _redis() -> Any:
+    global _client
+    if _client is None:
+        import redis
+
+        _client = redis.Redis.from_url(
+            settings.REDIS_URL, **getattr(settings, "REDIS_SSL_OPTIONS", {})
+        )
+    return _client
 
 
 # Tasks that agents run (workers/tasks.py), named here so the control side never imports them.
