@@ -68,6 +68,22 @@ def _gone(procs: list[psutil.Process]) -> list[str]:
     return left
 
 
+def _diagnosis(proc: subprocess.Popen, out: Path) -> str:
+    """What up.sh printed and what is left of its session, for a failure message."""
+    left = []
+    for p in psutil.process_iter(["pid", "ppid", "status", "cmdline"]):
+        try:
+            if os.getsid(p.info["pid"]) == proc.pid:
+                left.append(f"{p.info['pid']} <- {p.info['ppid']} {p.info['status']} "
+                            f"{' '.join(p.info['cmdline'] or [])[:160]}")  # fmt: skip
+        except (OSError, psutil.Error):
+            continue
+    logs = []
+    for log in sorted((out.parent / "var" / "log").glob("*.log")):
+        logs.append(f"--- {log.name}\n{log.read_text(errors='replace')[-1500:]}")
+    return "\n".join([out.read_text(errors="replace")[-2000:], "--- left:", *left, *logs])
+
+
 @pytest.fixture
 def stack(tmp_path: Path) -> Any:
     """up.sh with its own var dir (SQLite) and port, in a process group of its own as a
@@ -129,7 +145,10 @@ def test_ready_only_when_agents_registered_and_ctrl_c_stops_jobs(stack: Any) -> 
     everything = jobs + shims + psutil.Process(proc.pid).children(recursive=True)
 
     os.killpg(proc.pid, signal.SIGINT)  # Ctrl-C: the terminal signals the whole group
-    assert proc.wait(timeout=120) is not None
+    try:
+        proc.wait(timeout=120)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"up.sh still runs 120 s after Ctrl-C:\n{_diagnosis(proc, out)}")
     _wait_for(lambda: not _gone(everything), 15, "every process to stop")
     assert _gone(everything) == []
     assert _job_processes() == []
