@@ -68,6 +68,13 @@ def _gone(procs: list[psutil.Process]) -> list[str]:
     return left
 
 
+def _interruptible() -> None:
+    """Ctrl-C as a terminal delivers it: a test run started in the background by a
+    non-interactive shell ignores SIGINT, every child inherits that, and bash cannot trap a
+    signal ignored on entry, so up.sh would never see the Ctrl-C this test sends."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
+
+
 def _diagnosis(proc: subprocess.Popen, out: Path) -> str:
     """What up.sh printed and what is left of its session, for a failure message."""
     left = []
@@ -99,7 +106,7 @@ def stack(tmp_path: Path) -> Any:
     with open(out, "wb") as fh:
         proc = subprocess.Popen(
             [str(UP)], cwd=ROOT, env=env, stdout=fh, stderr=subprocess.STDOUT,
-            stdin=subprocess.DEVNULL, start_new_session=True,
+            stdin=subprocess.DEVNULL, start_new_session=True, preexec_fn=_interruptible,
         )  # fmt: skip
     try:
         yield proc, out, f"http://127.0.0.1:{port}"
