@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import gc
 import logging
-from datetime import datetime, timedelta
+from datetime import datetime
 from time import perf_counter
 from typing import Any
 
@@ -97,20 +97,35 @@ def plan_estimates(snap: DbSnapshot, plan: Plan) -> dict[int, Any]:
     return out
 
 
-def forecast_due(snap: DbSnapshot, plan: Plan | None = None) -> bool:
+# A job waiting for the first time is forecast within this many seconds, not only every
+# "eta_interval": soon enough that its owner sees an ETA, rare enough that a steady stream
+# of submits does not put a forecast (the costliest part on a long queue) in every cycle.
+NEW_JOB_FORECAST_GAP_S = 5.0
+
+
+def forecast_due(snap: DbSnapshot) -> bool:
     """Whether this cycle forecasts ETAs: at most every "eta_interval" seconds (the
-    forecast costs more than the rest of a cycle on a long queue), and at once when a job
-    waits for the first time, so that nobody waits without a forecast until the next one."""
+    forecast costs more than the rest of a cycle on a long queue), and sooner (once
+    NEW_JOB_FORECAST_GAP_S have passed) when a job was submitted since the last forecast,
+    so that nobody waits long without one."""
     interval = float(snap.param("eta_interval"))
     if interval <= 0:
         return True
-    if plan is not None and any(
-        snap.waits.get(job_id, (None, None, None))[1] is None for job_id in plan.order
-    ):
+    last = (
+        CycleRecord.objects.filter(timings__has_key="eta_ms")
+        .order_by("-id")
+        .values_list("started_at", flat=True)
+        .first()
+    )
+    if last is None:
         return True
-    since = snap.now - timedelta(seconds=interval)
-    recent = CycleRecord.objects.filter(started_at__gt=since, timings__has_key="eta_ms")
-    return not recent.exists()
+    age = (snap.now - last).total_seconds()
+    if age >= interval:
+        return True
+    if age < min(interval, NEW_JOB_FORECAST_GAP_S):
+        return False
+    since = last.timestamp()
+    return any(job.submitted_at > since for job in snap.core.pending)
 
 
 def _record(
@@ -153,7 +168,7 @@ def run_cycle_locked(*, now: datetime | None = None) -> CycleRecord:
     outcome = apply_plan(snap, plan)
     learn_starts(snap.core.now, outcome.placed)
     t3 = perf_counter()
-    forecast = forecast_due(snap, plan)
+    forecast = forecast_due(snap)
     if forecast:
         estimates = estimates_for(snap, policy, plan)
         placed = set(outcome.placed)

@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from fleet.models import Job, JobState
 from fleet.services.job_states import Actor, job_transition
-from scheduler.cycle import eta_learning
+from scheduler.cycle import eta_learning, runner
 from scheduler.cycle.config import settings_update
 from scheduler.cycle.lock import redis_client
 from scheduler.cycle.runner import run_cycle
@@ -64,9 +64,14 @@ def test_between_forecasts_the_stored_forecast_stays_and_a_new_job_is_forecast_a
     assert "eta_ms" not in CycleRecord.objects.latest("id").timings
     assert _eta(first) == pytest.approx(earlier.timestamp(), abs=1)
 
-    # A job that waits for the first time is forecast in that very cycle.
+    # A job that waits for the first time is forecast within a few seconds, not only at the
+    # next eta_interval; right after a forecast it waits for that gap.
     second = make_job(owner, team, time_limit=600)
     run_cycle()
+    assert "eta_ms" not in CycleRecord.objects.latest("id").timings
+    second.refresh_from_db()
+    assert second.eta is None
+    run_cycle(now=timezone.now() + timedelta(seconds=runner.NEW_JOB_FORECAST_GAP_S + 1))
     assert "eta_ms" in CycleRecord.objects.latest("id").timings
     assert _eta(second) == pytest.approx(now + 3600 + 600, abs=5)
     assert _eta(first) == pytest.approx(now + 3600, abs=5)
