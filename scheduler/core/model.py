@@ -153,6 +153,9 @@ class RunningJob:
     # it entered the queue before this attempt (None: unknown).
     preemptions: int = 0
     queued_at: float | None = None
+    # Whether the job keeps a checkpoint it resumes from (a preemption then loses only the
+    # time since its last checkpoint); None: unknown, the preemption settings decide.
+    checkpointed: bool | None = None
 
     @property
     def is_fractional(self) -> bool:
