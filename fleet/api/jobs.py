@@ -26,7 +26,7 @@ from fleet.api.serializers import (
 )
 from fleet.models import Job, JobEvent, JobMember, JobState
 from fleet.models.jobs import PRIORITY_MAX, PRIORITY_MIN, QUEUED_STATES, JobArray, Qos
-from fleet.selectors.checkpoints import attempt_resumed
+from fleet.selectors.checkpoints import attempt_resumed, attempts_resumed
 from fleet.selectors.jobs import (
     job_events,
     job_get,
@@ -139,6 +139,9 @@ class JobOutputSerializer(serializers.ModelSerializer):
     def get_resumed(self, job: Job) -> bool | None:
         if not job.attempt or job.state in QUEUED_STATES:
             return None
+        known = self.context.get("resumed")  # a list reads every job's in one query
+        if known is not None and job.pk in known:
+            return known[job.pk]
         return attempt_resumed(job_id=job.pk, attempt=job.attempt)
 
     @extend_schema_field(JobMemberSerializer(many=True))
@@ -307,7 +310,9 @@ class JobListApi(GenericAPIView):
         check_query_params(request, LIST_PARAMS, repeatable=("state",))
         queryset = self.filter_queryset(self.get_queryset())
         page = self.paginate_queryset(queryset)
-        data = JobOutputSerializer(page, many=True, context={"request": request}).data
+        started = [(job.pk, job.attempt) for job in page or () if job.attempt]
+        context = {"request": request, "resumed": attempts_resumed(attempts=started)}
+        data = JobOutputSerializer(page, many=True, context=context).data
         return self.get_paginated_response(data)
 
     @extend_schema(

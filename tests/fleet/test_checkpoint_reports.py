@@ -9,7 +9,9 @@ import logging
 from typing import Any
 
 import pytest
+from django.db import connection
 from django.test import Client
+from django.test.utils import CaptureQueriesContext
 
 from fleet import tasks
 from fleet.models import Job, JobEvent, Node
@@ -228,3 +230,26 @@ def test_a_start_known_only_from_a_heartbeat_still_records_resumed(
     agent_heartbeat(node=node, running=[[job.pk, 1, 77, [0]]], outcomes=[outcome])
     assert start_reason(job) == "attempt 1 resumed from a checkpoint"
     assert owner_api.get(f"/api/v1/jobs/{job.pk}/").json()["resumed"] is True
+
+
+def test_the_job_list_shows_each_jobs_resumed_in_one_query(
+    node_key: tuple[Node, str], owner: Any, team: Any, owner_api: Any
+) -> None:
+    def list_queries() -> tuple[dict[int, Any], int]:
+        with CaptureQueriesContext(connection) as ctx:
+            rows = owner_api.get("/api/v1/jobs/").json()["results"]
+        return {row["id"]: row["resumed"] for row in rows}, len(ctx.captured_queries)
+
+    resumed = assigned(node_key[0], owner, team)
+    report(node_key, resumed, "running", resumed=True)
+    list_queries()  # the first request of a client reads what later ones have cached
+    _, few = list_queries()
+
+    fresh = assigned(node_key[0], owner, team)
+    report(node_key, fresh, "running", resumed=False)
+    silent = assigned(node_key[0], owner, team)
+    waiting = JobFactory(owner=owner, team=team)
+    shown, many = list_queries()
+
+    assert shown == {resumed.pk: True, fresh.pk: False, silent.pk: None, waiting.pk: None}
+    assert many == few
