@@ -178,6 +178,9 @@ class JobForm(forms.Form):
 POLICY_GROUPS: dict[str, tuple[str, ...]] = {
     "priority": ("priority",),
     "backfill": ("priority",),
+    "las": ("las",),
+    "gittins": ("gittins",),
+    "tiresias": ("tiresias",),
     "greedy": ("packing",),
     "ilp": ("packing", "ilp"),
     "genetic": ("packing", "genetic"),
@@ -186,19 +189,33 @@ POLICY_GROUPS: dict[str, tuple[str, ...]] = {
 GROUP_TITLES = {
     "shared": "Every policy: fair share, preemption, QoS, predictions",
     "priority": "Priority weights (priority, backfill)",
+    "las": "Least attained service (las)",
+    "gittins": "Gittins index (gittins)",
+    "tiresias": "Tiresias (tiresias)",
     "packing": "Job values and packing (greedy, ilp, genetic, annealing)",
     "ilp": "ILP solver",
     "genetic": "Genetic search",
     "annealing": "Simulated annealing",
 }
+# A parameter named `<prefix>_...` belongs to that policy's group.
+PREFIX_GROUPS = ("priority", "las", "gittins", "tiresias", "ilp", "genetic", "annealing")
+
+
+def policy_groups(policy: str) -> tuple[str, ...]:
+    """The groups a policy reads: its own entry, else that of the policy it refines
+    (`gittins-...` reads the gittins group)."""
+    if policy in POLICY_GROUPS:
+        return POLICY_GROUPS[policy]
+    base = policy.split("-", 1)[0]
+    return POLICY_GROUPS.get(base, ())
 
 
 def param_group(key: str, shared: Any) -> str:
-    if key in shared:
-        return "shared"
-    for prefix in ("priority", "ilp", "genetic", "annealing"):
+    for prefix in PREFIX_GROUPS:
         if key.startswith(f"{prefix}_"):
             return prefix
+    if key in shared:
+        return "shared"
     return "packing"
 
 

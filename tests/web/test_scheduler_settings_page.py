@@ -44,6 +44,20 @@ def test_active_policy_opens_the_groups_it_reads(staff_web: Client) -> None:
     assert not re.search(r'data-group="genetic"[^>]*open>', html)
 
 
+def test_a_policys_own_parameters_sit_in_its_group_not_in_every_policys(
+    staff_web: Client,
+) -> None:
+    config.settings_update(user=None, policy="gittins")
+    html = staff_web.get("/scheduler/").content.decode()
+    assert re.search(r'data-group="gittins"[^>]*open>', html)
+    assert not re.search(r'data-group="tiresias"[^>]*open>', html)
+    groups = re.split(r'data-group="', html)
+    shared = next(g for g in groups if g.startswith("shared"))
+    gittins = next(g for g in groups if g.startswith("gittins"))
+    assert "gittins_margin" in gittins and "gittins_margin" not in shared
+    assert "preemption_cost_weight" in shared
+
+
 def test_a_bad_value_gets_its_sentence_next_to_the_field_and_changes_nothing(
     staff_web: Client,
 ) -> None:

@@ -14,7 +14,7 @@ from django.template.loader import render_to_string
 from fleet.errors import ApplicationError
 from fleet.web import live, sources
 from fleet.web.access import staff_required
-from fleet.web.forms import POLICY_GROUPS, SchedulerSettingsForm
+from fleet.web.forms import SchedulerSettingsForm, policy_groups
 
 
 def _cycles_figure(cycles: list[Any]) -> dict[str, Any]:
@@ -46,7 +46,7 @@ def _open_groups(form: SchedulerSettingsForm) -> set[str]:
     """Unfolded parameter groups: the shared ones, those of the policy shown in the picker
     (the one just submitted, if any), and any holding an error."""
     shown = str(form["policy"].value() or "")
-    groups = {"shared", *POLICY_GROUPS.get(shown, ())}
+    groups = {"shared", *policy_groups(shown)}
     groups.update(
         name for name, _, fields, _ in form.param_groups() if any(f.errors for f in fields)
     )
