@@ -27,6 +27,7 @@ POLICIES: dict[str, str] = {
     "backfill": "scheduler.policies.backfill:BackfillPolicy",
     "las": "scheduler.policies.las:LasPolicy",
     "gittins": "scheduler.policies.gittins:GittinsPolicy",
+    "gittins-tiers": "scheduler.policies.gittins_tiers:GittinsTiersPolicy",
     "tiresias": "scheduler.policies.tiresias:TiresiasPolicy",
     "greedy": "scheduler.policies.packing.greedy:GreedyPolicy",
     "ilp": "scheduler.policies.packing.ilp:IlpPolicy",

@@ -3,20 +3,25 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Mapping
+from collections.abc import Callable
 from typing import Any
 
 from scheduler.core.model import PendingJob, Plan, RunningJob, Snapshot
 from scheduler.core.preemption import PreemptionCost, mean_residual
 from scheduler.core.service_distribution import ServiceDistribution, bucket
 from scheduler.policies.base import Cycle
+from scheduler.policies.preemptive import PreemptivePolicy
 
 DEFAULT_MARGIN = 0.5  # a waiting job preempts only with an index 1.5x the runner's
 DEFAULT_MIN_SLICE = 300.0  # seconds a job runs before it may be preempted again
 RATIO_STEPS = 64  # attained / (limit x GPUs) is rounded down to 1/64ths
 
 
-class GittinsPolicy:
+# A tier per job (smaller goes first; GittinsPolicy.tiers): pending and running jobs by id.
+Tiers = tuple[dict[int, Any], dict[int, Any]]
+
+
+class GittinsPolicy(PreemptivePolicy):
     """Jobs go in order of their Gittins index: the chance to finish soon per GPU-second
     spent, given the GPU-seconds a job has attained over all its attempts. The job's size
     distribution is learned from recently finished jobs: with
@@ -45,13 +50,6 @@ class GittinsPolicy:
     """
 
     name = "gittins"
-    blocking = False
-    # For drivers that skip cycles: indices move with attained service, that is with the
-    # clock, and any cycle may preempt.
-    time_dependent = True
-
-    def may_preempt(self, settings: Mapping[str, Any], guarantees: bool) -> bool:
-        return True
 
     def __init__(
         self,
@@ -60,8 +58,8 @@ class GittinsPolicy:
         use_limits: bool | None = None,
         **params: Any,
     ) -> None:
+        super().__init__(**params)
         self.margin, self.min_slice, self.use_limits = margin, min_slice, use_limits
-        self.params = params
         self._dist: ServiceDistribution | None = None
         self._ratios: ServiceDistribution | None = None
 
@@ -80,19 +78,18 @@ class GittinsPolicy:
             self._ratios = ServiceDistribution(atoms)
         return self._ratios
 
-    def _setting(self, snapshot: Snapshot, own: Any, key: str, default: Any) -> Any:
-        if own is not None:
-            return own
-        value = snapshot.settings.get(key)
-        return default if value is None else value
+    def tiers(self, snapshot: Snapshot, index: Callable[[PendingJob], float]) -> Tiers | None:
+        """Tiers that come before the index (None: none, plain Gittins order). Jobs go by
+        tier first, and a job never preempts one of a tier that goes before its own."""
+        return None
 
     def schedule(self, snapshot: Snapshot) -> Plan:
         now = snapshot.now
-        margin = float(self._setting(snapshot, self.margin, "gittins_margin", DEFAULT_MARGIN))
+        margin = float(self.setting(snapshot, self.margin, "gittins_margin", DEFAULT_MARGIN))
         min_slice = float(
-            self._setting(snapshot, self.min_slice, "gittins_min_slice", DEFAULT_MIN_SLICE)
+            self.setting(snapshot, self.min_slice, "gittins_min_slice", DEFAULT_MIN_SLICE)
         )
-        use_limits = bool(self._setting(snapshot, self.use_limits, "gittins_use_limits", True))
+        use_limits = bool(self.setting(snapshot, self.use_limits, "gittins_use_limits", True))
         dist = self._distribution(snapshot.service_distribution)
         ratios = self._ratio_distribution(snapshot.limit_ratio_distribution) if use_limits else None
 
@@ -118,6 +115,7 @@ class GittinsPolicy:
             return index(r.attained_service + ran, r.time_limit, r.gpu_equivalent)
 
         running_of = {r.id: running_index(r) for r in snapshot.running}
+        tiers = self.tiers(snapshot, lambda j: pending_index[j.id])
 
         def remaining(attained: float, limit: float, gpus: float) -> float:
             """Expected GPU-seconds still to come, from the distribution the index uses."""
@@ -135,6 +133,8 @@ class GittinsPolicy:
         def victim_rule(job: PendingJob, victim: RunningJob) -> str | None:
             if now - victim.started_at < min_slice:
                 return None
+            if tiers is not None and tiers[1][victim.id] < tiers[0][job.id]:
+                return None  # its tier goes first
             mine, theirs = pending_index[job.id], running_of[victim.id]
             if mine <= theirs * (1.0 + margin):
                 return None
@@ -156,16 +156,26 @@ class GittinsPolicy:
             return None if pays is None else f"{why}; {pays}"
 
         preempt = bool(snapshot.settings.get("gittins_preemption", True))
+        if tiers is None:
+            rule_key: Callable[[PendingJob], Any] = lambda j: pending_index[j.id]  # noqa: E731
+            order = sorted(
+                snapshot.pending, key=lambda j: (-pending_index[j.id], j.submitted_at, j.id)
+            )
+        else:
+            tier = tiers[0]
+            rule_key = lambda j: (tier[j.id], pending_index[j.id])  # noqa: E731
+            order = sorted(
+                snapshot.pending,
+                key=lambda j: (tier[j.id], -pending_index[j.id], j.submitted_at, j.id),
+            )
         cycle = Cycle(
             snapshot,
             self.name,
             preempt=True,
             victim_rule=victim_rule if preempt else None,
-            rule_key=lambda j: pending_index[j.id],
+            rule_key=rule_key,
         )
-        cycle.consider_all(
-            sorted(snapshot.pending, key=lambda j: (-pending_index[j.id], j.submitted_at, j.id))
-        )
+        cycle.consider_all(order)
         notes = (
             () if dist is not None else ("gittins: no size history yet, least attained service",)
         )

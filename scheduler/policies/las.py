@@ -9,12 +9,13 @@ from typing import Any
 from scheduler.core.model import PendingJob, Plan, RunningJob, Snapshot
 from scheduler.core.preemption import PreemptionCost, mean_residual
 from scheduler.policies.base import Cycle, cycle_may_preempt
+from scheduler.policies.preemptive import PreemptivePolicy
 
 # GPU-seconds of attained service at which a job drops to the next queue: 1, 10, 100 GPU-hours.
 DEFAULT_THRESHOLDS = (3600.0, 36000.0, 360000.0)
 
 
-class LasPolicy:
+class LasPolicy(PreemptivePolicy):
     """Jobs that have had the least GPU time (GPU-seconds over all attempts) go first, in
     discretized queues (settings "las_queue_thresholds", default 1, 10 and 100 GPU-hours)
     and in submit order within a queue. A pending job that does not fit may preempt
@@ -33,10 +34,6 @@ class LasPolicy:
     """
 
     name = "las"
-    blocking = False
-    # For drivers that skip cycles (the simulator): running jobs' attained service grows
-    # with the clock, which moves them between queues.
-    time_dependent = True
 
     def may_preempt(self, settings: Mapping[str, Any], guarantees: bool) -> bool:
         if settings.get("las_preemption", True) or settings.get("qos_preemption", False):
@@ -44,8 +41,8 @@ class LasPolicy:
         return cycle_may_preempt(settings, guarantees)
 
     def __init__(self, thresholds: Sequence[float] | None = None, **params: object) -> None:
+        super().__init__(**params)
         self.thresholds = tuple(thresholds) if thresholds is not None else None
-        self.params = params
 
     def _thresholds(self, snapshot: Snapshot) -> tuple[float, ...]:
         if self.thresholds is not None:

@@ -7,12 +7,12 @@ its relatives with their own refinements (more queues, learned sizes, paid preem
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import replace
 from typing import Any
 
 from scheduler.core.model import PendingJob, Plan, RunningJob, Snapshot
 from scheduler.policies.base import Cycle
+from scheduler.policies.preemptive import PreemptivePolicy
 
 # Defaults, with the parameters used by the published configuration (see the class).
 DEFAULT_THRESHOLD_GPU_HOURS = 16.0
@@ -22,7 +22,7 @@ DEFAULT_MAX_PREEMPTIONS = 0  # as published: no cap
 HIGH, LOW = 0, 1
 
 
-class TiresiasPolicy:
+class TiresiasPolicy(PreemptivePolicy):
     """Two queues by attained service in GPU-seconds (GPUs x time run, over all attempts:
     the "2D" of 2D-LAS). Every job enters the high queue and drops to the low one once it
     has attained the threshold (settings "tiresias_threshold", GPU-hours, default 16: the
@@ -58,12 +58,6 @@ class TiresiasPolicy:
     """
 
     name = "tiresias"
-    blocking = False
-    # Queues move with attained service, that is with the clock; so does starvation.
-    time_dependent = True
-
-    def may_preempt(self, settings: Mapping[str, Any], guarantees: bool) -> bool:
-        return True
 
     def __init__(
         self,
@@ -71,24 +65,18 @@ class TiresiasPolicy:
         starve: float | None = None,
         **params: Any,
     ) -> None:
+        super().__init__(**params)
         self.threshold, self.starve = threshold, starve
-        self.params = params
-
-    def _setting(self, snapshot: Snapshot, own: Any, key: str, default: Any) -> Any:
-        if own is not None:
-            return own
-        value = snapshot.settings.get(key)
-        return default if value is None else value
 
     def schedule(self, snapshot: Snapshot) -> Plan:
         now = snapshot.now
         hours = float(
-            self._setting(
+            self.setting(
                 snapshot, self.threshold, "tiresias_threshold", DEFAULT_THRESHOLD_GPU_HOURS
             )
         )
         bound = hours * 3600.0
-        starve = float(self._setting(snapshot, self.starve, "tiresias_starve", DEFAULT_STARVE))
+        starve = float(self.setting(snapshot, self.starve, "tiresias_starve", DEFAULT_STARVE))
 
         def executed(attained: float, gpus: float) -> float:
             """Seconds run over earlier attempts."""
