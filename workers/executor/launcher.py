@@ -196,6 +196,7 @@ class Executor:
                 account=identity.environment() if identity else None,
                 checkpoint_dir=checkpoint_dir,
                 stop_signal=self.stop_signal.name,
+                mig_devices=getattr(self.gpu_backend, "mig_devices", None),
             ),
             "log_path": os.path.abspath(spec.log_path),
             "log_cap_bytes": spec.log_cap_bytes,

@@ -14,6 +14,11 @@ server, which honours two per-client variables:
 The device is the job's own CUDA ordinal: a fraction sees only its GPU
 (CUDA_VISIBLE_DEVICES names one NVML index), so that GPU is device 0 to it.
 
+A job on a MIG device (docs/mig.md) gets none of this: the slice is already a share the
+hardware holds, and MPS on MIG needs a daemon of its own per MIG device, which the one
+host-wide daemon probed here is not. A fraction placed on a MIG device is advisory, as on a
+host without MPS (the supervisor still holds it to its memory).
+
 The daemon is found by its pipe directory (CUDA_MPS_PIPE_DIRECTORY, default
 /tmp/nvidia-mps) holding a `control` named pipe; the job gets the same
 CUDA_MPS_PIPE_DIRECTORY and CUDA_MPS_LOG_DIRECTORY, so it reaches the daemon the agent saw.

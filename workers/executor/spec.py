@@ -308,6 +308,7 @@ def job_environment(
     mps: Mps | None = None,
     checkpoint_dir: str | None = None,
     stop_signal: str | None = None,
+    mig_devices: Mapping[int, str] | None = None,
 ) -> dict[str, str]:
     """What the job's process sees, in layers, each overriding the one before:
 
@@ -329,18 +330,21 @@ def job_environment(
     makes CUDA number GPUs the way NVML and nvidia-smi do (CUDA's default order is
     fastest-first, which can differ). Indices rather than UUIDs keep the variable readable
     and work the same on simulated nodes. A job with no GPUs gets an empty list, so it sees
-    none.
+    none. An index that is a MIG device (`mig_devices`: index -> "MIG-..." UUID, from the
+    GPU backend; docs/mig.md) is listed by its UUID, the only way CUDA names a MIG device.
 
     A fraction of one GPU on a host running CUDA MPS (`mps`, default: probed in `base_env`)
     also gets CUDA_MPS_ACTIVE_THREAD_PERCENTAGE and CUDA_MPS_PINNED_DEVICE_MEM_LIMIT from its
-    share, and the daemon's pipe and log directories (see workers.executor.mps).
+    share, and the daemon's pipe and log directories (see workers.executor.mps); not on a
+    MIG device, whose share is the slice itself.
     """
+    mig = mig_devices or {}
     env = inherited_environment(base_env, allow)
     env.update(account or {})
     env.update({str(k): str(v) for k, v in spec.env.items()})
     env.update(
         {
-            "CUDA_VISIBLE_DEVICES": ",".join(str(i) for i in spec.gpu_indices),
+            "CUDA_VISIBLE_DEVICES": ",".join(mig.get(i, str(i)) for i in spec.gpu_indices),
             "CUDA_DEVICE_ORDER": "PCI_BUS_ID",
             "FLEET_JOB_ID": str(spec.job_id),
             "FLEET_ATTEMPT": str(spec.attempt),
@@ -381,5 +385,7 @@ def job_environment(
         env["FLEET_GPU_MEMORY_MB"] = str(spec.gpu_memory_mb)
     if spec.gpu_compute_percent is not None:
         env["FLEET_GPU_COMPUTE_PERCENT"] = str(spec.gpu_compute_percent)
-    env.update(mps_environment(spec, mps if mps is not None else mps_probe(base_env)))
+    on_mig = any(i in mig for i in spec.gpu_indices)
+    if not on_mig:
+        env.update(mps_environment(spec, mps if mps is not None else mps_probe(base_env)))
     return env

@@ -117,19 +117,26 @@ def parse_gpu_spec(spec: str) -> list[SimulatedGpuModel]:
 _VENDOR_WORDS = {"NVIDIA", "TESLA", "GEFORCE", "QUADRO"}
 
 
-def normalize_model(driver_name: str, memory_total_mb: int) -> str:
+def normalize_model(driver_name: str, memory_total_mb: int | None) -> str:
     """Short model name from the driver's name and memory: "NVIDIA A100-SXM4-80GB" with
     81920 MB -> "A100-80GB"; "NVIDIA GeForce RTX 4090" -> "RTX4090-24GB".
 
     For a known family the nearest known size is used, since drivers report a little less
-    than the nominal memory (a 16 GB T4 shows 15360 MB)."""
+    than the nominal memory (a 16 GB T4 shows 15360 MB). Where the memory cannot be read
+    (None: a GPU in MIG mode may not tell its whole memory) the size in the name is used
+    ("... 80GB HBM3"), else the family's first known size."""
+    if memory_total_mb is None:
+        named = re.search(r"(\d+)\s*GB", driver_name.upper())
+        memory_total_mb = int(named.group(1)) * MB_PER_GB if named else None
     words = [w for w in re.split(r"[\s\-_]+", driver_name.upper()) if w]
     words = [w for w in words if w not in _VENDOR_WORDS] or ["GPU"]
     family = words[0]
     if family == "RTX" and len(words) > 1:
         family = words[1] if words[1].startswith("A") else "RTX" + words[1]
-    gb_exact = memory_total_mb / MB_PER_GB
     profile = KNOWN_MODELS.get(family)
+    if memory_total_mb is None:
+        memory_total_mb = (profile.memory_gb[0] if profile else _GENERIC.memory_gb[0]) * MB_PER_GB
+    gb_exact = memory_total_mb / MB_PER_GB
     if profile is not None:
         gb = min(profile.memory_gb, key=lambda size: abs(size - gb_exact))
         if abs(gb - gb_exact) > 0.15 * gb:

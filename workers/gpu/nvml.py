@@ -12,6 +12,21 @@ Health (`health()`): Xid events come from an NVML event set registered for
 uncorrected count (`nvmlDeviceGetTotalEccErrors`), reported while above zero; a GPU whose
 NVML calls fail with `NVML_ERROR_GPU_IS_LOST` has fallen off the bus: it is left out of
 the samples and reported lost from then on.
+
+MIG (docs/mig.md): a GPU whose current MIG mode is enabled (`nvmlDeviceGetMigMode`) cannot
+run CUDA work as a whole, so it is not offered whole; each of its MIG devices
+(`nvmlDeviceGetMigDeviceHandleByIndex` up to `nvmlDeviceGetMaxMigDeviceCount`) is offered as
+a GPU of its own instead, with its "MIG-..." UUID, its own memory and a model that names the
+slice ("A100-80GB MIG 3g.40gb"). MIG device `slot` of GPU `i` gets the index
+`GPU count + i * MIG_SLOTS + slot`: after every whole GPU, unique on the node and unchanged
+when another GPU's MIG layout changes. `mig_devices` maps those indices to the UUIDs a job
+is given in CUDA_VISIBLE_DEVICES. A GPU whose MIG mode query fails (NOT_SUPPORTED before
+Ampere) is a whole GPU. Per MIG device NVML gives memory and processes; utilisation is not
+available (NVML: NOT_SUPPORTED on MIG-enabled GPUs) and reads as unknown (None);
+temperature, clocks, fan and throttle reasons are the board's, read on the parent GPU; power
+and ECC counts are the whole board's and are left out of the slice's samples (ECC errors,
+Xid events and a lost board are reported as findings on each of its MIG devices).
+`use_mig=False` (FLEET_MIG=off) leaves GPUs in MIG mode out altogether.
 """
 
 from __future__ import annotations
@@ -20,7 +35,8 @@ import importlib
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
 from typing import Any
 
 from workers.gpu.models import normalize_model
@@ -38,6 +54,8 @@ logger = logging.getLogger(__name__)
 _BYTES_PER_MB = 1024 * 1024
 MAX_XID_FINDINGS = 64  # Xid events kept (and sent again every tick) per agent process
 MAX_EVENTS_PER_TICK = 256  # events drained from the set in one tick; the rest wait
+# Indices kept for the MIG devices of each GPU (NVML allows at most 7 on A100 and H100).
+MIG_SLOTS = 8
 
 # NVML's clock-event (throttle) reason bits, named as operators read them.
 THROTTLE_REASONS: tuple[tuple[int, str], ...] = (
@@ -61,6 +79,37 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
+def mig_profile(name: str, attributes: Any, memory_total_mb: int) -> str:
+    """The MIG device's profile as NVIDIA names it ("3g.40gb", "1c.3g.40gb"): from its NVML
+    name ("NVIDIA A100-SXM4-80GB MIG 3g.40gb"), else made from its slice counts and memory."""
+    _, sep, tail = name.partition(" MIG ")
+    if sep and tail.strip():
+        return tail.strip()
+    gb = max(1, round(memory_total_mb / 1024))
+    if attributes is None:
+        return f"{gb}gb"
+    gi, ci = int(attributes.gpuInstanceSliceCount), int(attributes.computeInstanceSliceCount)
+    return f"{ci}c.{gi}g.{gb}gb" if 0 < ci < gi else f"{gi}g.{gb}gb"
+
+
+@dataclass(frozen=True, slots=True)
+class _MigDevice:
+    index: int  # fleet's index on this node
+    parent: int  # NVML index of the GPU it is a slice of
+    slot: int  # its index under the parent (nvmlDeviceGetMigDeviceHandleByIndex)
+    handle: Any
+
+
+def _processes(procs: Any) -> tuple[GpuProcess, ...]:
+    return tuple(
+        GpuProcess(
+            int(p.pid),
+            int(p.usedGpuMemory // _BYTES_PER_MB) if p.usedGpuMemory is not None else None,
+        )
+        for p in procs
+    )
+
+
 class GpuLost(GpuBackendError):
     """NVML says the GPU is lost: it has fallen off the bus (Xid 79) or stopped answering."""
 
@@ -75,8 +124,9 @@ class NvmlBackend:
 
     backend_name = "nvml"
 
-    def __init__(self, *, clock: Callable[[], float] = time.time) -> None:
+    def __init__(self, *, clock: Callable[[], float] = time.time, use_mig: bool = True) -> None:
         self._clock = clock
+        self._use_mig = use_mig
         self._lock = threading.Lock()
         try:
             self._nvml = importlib.import_module("pynvml")
@@ -112,7 +162,86 @@ class NvmlBackend:
             except self._nvml.NVMLError as exc:
                 if self._is_lost(exc):
                     self._lost[index] = str(exc)
+        self._mig_parents: set[int] = set()  # GPUs in MIG mode: never offered whole
+        self._migs: list[_MigDevice] = []
+        self._find_mig_devices()
         self._events = self._event_set()
+
+    @property
+    def mig_devices(self) -> Mapping[int, str]:
+        """Index -> UUID ("MIG-...") of each MIG device offered: what CUDA_VISIBLE_DEVICES
+        names for a job placed on it."""
+        return {m.index: self._uuids[m.index] for m in self._migs if m.index in self._uuids}
+
+    def _code(self, exc: BaseException, name: str) -> bool:
+        code = getattr(self._nvml, name, None)
+        return code is not None and getattr(exc, "value", None) == code
+
+    def _find_mig_devices(self) -> None:
+        """Find the GPUs in MIG mode and, unless MIG is off, their MIG devices."""
+        nvml = self._nvml
+        if not hasattr(nvml, "nvmlDeviceGetMigMode"):
+            return
+        enabled = getattr(nvml, "NVML_DEVICE_MIG_ENABLE", 1)
+        count = len(self._handles)
+        for parent, handle in enumerate(self._handles):
+            if parent in self._lost:
+                continue
+            try:
+                current = nvml.nvmlDeviceGetMigMode(handle)[0]
+            except nvml.NVMLError as exc:
+                if self._is_lost(exc):
+                    self._lost[parent] = str(exc)
+                elif not self._code(exc, "NVML_ERROR_NOT_SUPPORTED"):
+                    logger.warning("cannot read the MIG mode of GPU %d (%s); it is used whole",
+                                   parent, exc)  # fmt: skip
+                continue  # NOT_SUPPORTED: a GPU without MIG, used whole
+            if current != enabled:
+                continue
+            self._mig_parents.add(parent)
+            if not self._use_mig:
+                logger.warning("GPU %d is in MIG mode and FLEET_MIG=off: it is not offered", parent)
+                continue
+            found = self._mig_slots(parent, handle, count)
+            if not found:
+                logger.warning("GPU %d is in MIG mode but has no MIG devices: it offers nothing "
+                               "until GPU instances are created (docs/mig.md)", parent)  # fmt: skip
+
+    def _mig_slots(self, parent: int, handle: Any, count: int) -> int:
+        nvml = self._nvml
+        try:
+            slots = int(nvml.nvmlDeviceGetMaxMigDeviceCount(handle))
+        except nvml.NVMLError as exc:
+            logger.warning("cannot count the MIG devices of GPU %d: %s", parent, exc)
+            return 0
+        if slots > MIG_SLOTS:
+            logger.warning("GPU %d may have %d MIG devices; fleet offers the first %d",
+                           parent, slots, MIG_SLOTS)  # fmt: skip
+        found = 0
+        for slot in range(min(slots, MIG_SLOTS)):
+            try:
+                mig = nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, slot)
+            except nvml.NVMLError as exc:
+                if not self._code(exc, "NVML_ERROR_NOT_FOUND"):  # NOT_FOUND: an empty slot
+                    logger.warning("cannot read MIG device %d of GPU %d: %s", slot, parent, exc)
+                continue
+            index = count + parent * MIG_SLOTS + slot
+            try:
+                self._uuids[index] = _text(nvml.nvmlDeviceGetUUID(mig))
+            except nvml.NVMLError as exc:
+                logger.warning("cannot read the UUID of MIG device %d of GPU %d: %s",
+                               slot, parent, exc)  # fmt: skip
+                continue
+            self._migs.append(_MigDevice(index, parent, slot, mig))
+            found += 1
+        return found
+
+    def _targets(self, parent: int) -> list[int]:
+        """The indices a finding on GPU `parent` is reported on: the GPU itself, or each of
+        its MIG devices when it is in MIG mode."""
+        if parent in self._mig_parents:
+            return [m.index for m in self._migs if m.parent == parent]
+        return [parent]
 
     def _is_lost(self, exc: BaseException) -> bool:
         code = getattr(self._nvml, "NVML_ERROR_GPU_IS_LOST", None)
@@ -186,6 +315,8 @@ class NvmlBackend:
         gpus = []
         with self._lock:
             for index, handle in enumerate(self._handles):
+                if index in self._mig_parents:
+                    continue
                 if index in self._lost:
                     if index in self._listed:
                         gpus.append(self._listed[index])
@@ -201,19 +332,67 @@ class NvmlBackend:
                 info = GpuInfo(index, uuid, name, normalize_model(name, total_mb), total_mb)
                 self._listed[index] = info
                 gpus.append(info)
+            for mig in self._migs:
+                if mig.parent not in self._lost:
+                    try:
+                        self._listed[mig.index] = self._mig_info(mig)
+                    except GpuLost as exc:
+                        self._lost[mig.parent] = str(exc.__cause__ or exc)
+                if mig.index in self._listed:
+                    gpus.append(self._listed[mig.index])
         return gpus
+
+    def _mig_info(self, mig: _MigDevice) -> GpuInfo:
+        nvml = self._nvml
+        parent = self._handles[mig.parent]
+        parent_name = _text(self._required(mig.parent, "the name", nvml.nvmlDeviceGetName, parent))
+        # The whole board's memory, where NVML tells it (in MIG mode it may ask for privileges).
+        board = self._optional(mig.parent, "memory", nvml.nvmlDeviceGetMemoryInfo, parent)
+        name = _text(self._required(mig.index, "the name", nvml.nvmlDeviceGetName, mig.handle))
+        uuid = _text(self._required(mig.index, "the UUID", nvml.nvmlDeviceGetUUID, mig.handle))
+        memory = self._required(mig.index, "memory", nvml.nvmlDeviceGetMemoryInfo, mig.handle)
+        total_mb = int(memory.total // _BYTES_PER_MB)
+        attributes = getattr(nvml, "nvmlDeviceGetAttributes", None)
+        attrs = None
+        if attributes is not None:
+            try:
+                attrs = self._optional(mig.index, "MIG slices", attributes, mig.handle)
+            except GpuLost:
+                raise
+            except GpuBackendError as exc:
+                logger.warning("%s", exc)
+        profile = mig_profile(name, attrs, total_mb)
+        board_mb = int(board.total // _BYTES_PER_MB) if board is not None else None
+        model = f"{normalize_model(parent_name, board_mb)} MIG {profile}"
+        return GpuInfo(
+            mig.index,
+            uuid,
+            name,
+            model,
+            total_mb,
+            mig_parent=mig.parent,
+            mig_profile=profile,
+            compute_slices=int(attrs.computeInstanceSliceCount) if attrs is not None else None,
+        )
 
     def sample(self) -> list[GpuSample]:
         """One reading per GPU; a lost GPU has none (it is reported by `health()`)."""
         samples = []
         with self._lock:
             for index, handle in enumerate(self._handles):
-                if index in self._lost:
+                if index in self._lost or index in self._mig_parents:
                     continue
                 try:
                     samples.append(self._sample_one(index, handle))
                 except GpuLost as exc:
                     self._lost[index] = str(exc.__cause__ or exc)
+            for mig in self._migs:
+                if mig.parent in self._lost:
+                    continue
+                try:
+                    samples.append(self._sample_mig(mig))
+                except GpuLost as exc:
+                    self._lost[mig.parent] = str(exc.__cause__ or exc)
         return samples
 
     def health(self) -> list[GpuFinding]:
@@ -241,14 +420,14 @@ class NvmlBackend:
                         logger.warning("%s", exc)
                     else:
                         if ecc:
-                            findings.append(self._finding(
-                                index, "ecc", int(ecc),
+                            findings.extend(self._finding(
+                                target, "ecc", int(ecc),
                                 f"{int(ecc)} uncorrectable ECC errors", f"ecc:{int(ecc)}",
-                            ))  # fmt: skip
+                            ) for target in self._targets(index))  # fmt: skip
                 if index in self._lost:
-                    findings.append(self._finding(
-                        index, "lost", None, f"GPU is lost: {self._lost[index]}", "lost"
-                    ))  # fmt: skip
+                    findings.extend(self._finding(
+                        target, "lost", None, f"GPU is lost: {self._lost[index]}", "lost"
+                    ) for target in self._targets(index))  # fmt: skip
             return self._xids + findings
 
     def _finding(
@@ -263,7 +442,7 @@ class NvmlBackend:
         if self._events is None:
             return
         wait = getattr(nvml, "nvmlEventSetWait_v2", None) or nvml.nvmlEventSetWait
-        by_uuid = {uuid: index for index, uuid in self._uuids.items()}
+        by_uuid = {self._uuids[i]: i for i in range(len(self._handles)) if i in self._uuids}
         for _ in range(MAX_EVENTS_PER_TICK):
             try:
                 event = wait(self._events, 0)
@@ -282,12 +461,13 @@ class NvmlBackend:
                 logger.warning("Xid %s on a GPU this agent does not know", event.eventData)
                 continue
             code = int(event.eventData)
-            seen = sum(1 for f in self._xids if f.index == index)
-            finding = self._finding(
-                index, "xid", code, f"XID {code}", f"xid:{code}:{self._clock():.6f}:{seen}"
-            )
             logger.error("GPU %d (%s) reported XID %d", index, uuid, code)
-            self._xids = [*self._xids, finding][-MAX_XID_FINDINGS:]
+            for target in self._targets(index):
+                seen = sum(1 for f in self._xids if f.index == target)
+                finding = self._finding(
+                    target, "xid", code, f"XID {code}", f"xid:{code}:{self._clock():.6f}:{seen}"
+                )
+                self._xids = [*self._xids, finding][-MAX_XID_FINDINGS:]
 
     def _sample_one(self, index: int, handle: Any) -> GpuSample:
         nvml = self._nvml
@@ -295,22 +475,9 @@ class NvmlBackend:
         uuid = _text(self._required(index, "the UUID", nvml.nvmlDeviceGetUUID, handle))
         memory = self._required(index, "memory", nvml.nvmlDeviceGetMemoryInfo, handle)
         rates = opt(index, "utilisation", nvml.nvmlDeviceGetUtilizationRates, handle)
-        temp = opt(
-            index, "temperature", nvml.nvmlDeviceGetTemperature, handle, nvml.NVML_TEMPERATURE_GPU
-        )
+        board = self._board(index, handle)
         power_mw = opt(index, "power draw", nvml.nvmlDeviceGetPowerUsage, handle)
         limit_mw = opt(index, "power limit", nvml.nvmlDeviceGetEnforcedPowerLimit, handle)
-        sm_clock = opt(index, "SM clock", nvml.nvmlDeviceGetClockInfo, handle, nvml.NVML_CLOCK_SM)
-        mem_clock = opt(
-            index, "memory clock", nvml.nvmlDeviceGetClockInfo, handle, nvml.NVML_CLOCK_MEM
-        )
-        fan = opt(index, "fan speed", nvml.nvmlDeviceGetFanSpeed, handle)
-        reasons_call = getattr(
-            nvml,
-            "nvmlDeviceGetCurrentClocksEventReasons",
-            getattr(nvml, "nvmlDeviceGetCurrentClocksThrottleReasons", None),
-        )
-        mask = opt(index, "throttle reasons", reasons_call, handle) if reasons_call else None
         ecc = opt(
             index,
             "ECC errors",
@@ -327,24 +494,68 @@ class NvmlBackend:
             memory_util_percent=float(rates.memory) if rates is not None else None,
             memory_used_mb=int(memory.used // _BYTES_PER_MB),
             memory_total_mb=int(memory.total // _BYTES_PER_MB),
-            temperature_c=float(temp) if temp is not None else None,
             power_w=power_mw / 1000.0 if power_mw is not None else None,
             power_limit_w=limit_mw / 1000.0 if limit_mw is not None else None,
-            sm_clock_mhz=int(sm_clock) if sm_clock is not None else None,
-            mem_clock_mhz=int(mem_clock) if mem_clock is not None else None,
-            fan_percent=float(fan) if fan is not None else None,
-            throttle_reasons=throttle_reason_names(mask) if mask is not None else (),
             ecc_errors=int(ecc) if ecc is not None else None,
             xid_errors=None,
-            processes=tuple(
-                GpuProcess(
-                    int(p.pid),
-                    int(p.usedGpuMemory // _BYTES_PER_MB) if p.usedGpuMemory is not None else None,
-                )
-                for p in procs
-            ),
+            processes=_processes(procs),
             sampled_at=self._clock(),
+            **board,
         )
+
+    def _sample_mig(self, mig: _MigDevice) -> GpuSample:
+        """One reading of a MIG device: its own memory and processes; utilisation where NVML
+        gives it per instance (it does not today: None, unknown); the board's temperature,
+        clocks, fan and throttle reasons, which the slice shares; no power or ECC count,
+        which belong to the whole board."""
+        nvml = self._nvml
+        opt = self._optional
+        handle = mig.handle
+        uuid = _text(self._required(mig.index, "the UUID", nvml.nvmlDeviceGetUUID, handle))
+        memory = self._required(mig.index, "memory", nvml.nvmlDeviceGetMemoryInfo, handle)
+        rates = opt(mig.index, "utilisation", nvml.nvmlDeviceGetUtilizationRates, handle)
+        procs = opt(mig.index, "processes", nvml.nvmlDeviceGetComputeRunningProcesses, handle)
+        return GpuSample(
+            index=mig.index,
+            uuid=uuid,
+            util_percent=float(rates.gpu) if rates is not None else None,
+            memory_util_percent=float(rates.memory) if rates is not None else None,
+            memory_used_mb=int(memory.used // _BYTES_PER_MB),
+            memory_total_mb=int(memory.total // _BYTES_PER_MB),
+            power_w=None,
+            power_limit_w=None,
+            ecc_errors=None,
+            xid_errors=None,
+            processes=_processes(procs or []),
+            sampled_at=self._clock(),
+            **self._board(mig.parent, self._handles[mig.parent]),
+        )
+
+    def _board(self, index: int, handle: Any) -> dict[str, Any]:
+        """The readings of the board itself: temperature, clocks, fan, throttle reasons."""
+        nvml = self._nvml
+        opt = self._optional
+        temp = opt(
+            index, "temperature", nvml.nvmlDeviceGetTemperature, handle, nvml.NVML_TEMPERATURE_GPU
+        )
+        sm_clock = opt(index, "SM clock", nvml.nvmlDeviceGetClockInfo, handle, nvml.NVML_CLOCK_SM)
+        mem_clock = opt(
+            index, "memory clock", nvml.nvmlDeviceGetClockInfo, handle, nvml.NVML_CLOCK_MEM
+        )
+        fan = opt(index, "fan speed", nvml.nvmlDeviceGetFanSpeed, handle)
+        reasons_call = getattr(
+            nvml,
+            "nvmlDeviceGetCurrentClocksEventReasons",
+            getattr(nvml, "nvmlDeviceGetCurrentClocksThrottleReasons", None),
+        )
+        mask = opt(index, "throttle reasons", reasons_call, handle) if reasons_call else None
+        return {
+            "temperature_c": float(temp) if temp is not None else None,
+            "sm_clock_mhz": int(sm_clock) if sm_clock is not None else None,
+            "mem_clock_mhz": int(mem_clock) if mem_clock is not None else None,
+            "fan_percent": float(fan) if fan is not None else None,
+            "throttle_reasons": throttle_reason_names(mask) if mask is not None else (),
+        }
 
     def close(self) -> None:
         with self._lock:

@@ -20,7 +20,8 @@ def select_backend(
     """NVML unless simulation is asked for, by `simulate_spec` or by the environment
     variable `FLEET_SIMULATE_GPUS` (the argument wins). `seed` defaults to `FLEET_SIM_SEED`
     or 0. With NVML, failure to load it raises `GpuBackendError`: a host that was meant to
-    have GPUs never silently reports simulated ones."""
+    have GPUs never silently reports simulated ones. `FLEET_MIG` (`on`, the default, or
+    `off`) says whether the MIG devices of GPUs in MIG mode are offered (docs/mig.md)."""
     env = os.environ if environ is None else environ
     spec = simulate_spec or env.get("FLEET_SIMULATE_GPUS") or None
     if spec:
@@ -42,4 +43,15 @@ def select_backend(
         )
     from workers.gpu.nvml import NvmlBackend
 
-    return NvmlBackend(clock=clock)
+    return NvmlBackend(clock=clock, use_mig=mig_setting(env))
+
+
+def mig_setting(env: Mapping[str, str]) -> bool:
+    """FLEET_MIG: `on` (default) offers each MIG device of a GPU in MIG mode as a GPU;
+    `off` offers GPUs in MIG mode not at all (their slices are left to other uses)."""
+    raw = env.get("FLEET_MIG", "").strip().lower()
+    if raw in ("", "on"):
+        return True
+    if raw == "off":
+        return False
+    raise ValueError(f"FLEET_MIG={raw!r} must be 'on' (offer MIG devices as GPUs) or 'off'")

@@ -31,6 +31,11 @@ class GpuInfo:
 
     `name` is what the driver reports ("NVIDIA A100-SXM4-80GB"); `model` is the short,
     normalised form the scheduler matches job constraints against ("A100-80GB").
+
+    A MIG device offered as a GPU (docs/mig.md) has a "MIG-..." `uuid`, its own memory, a
+    model naming the slice ("A100-80GB MIG 3g.40gb"), `mig_parent` (the NVML index of the
+    GPU it is part of), `mig_profile` ("3g.40gb") and `compute_slices` (the compute slices
+    of its compute instance, of the 7 an A100 or H100 has, where NVML tells them).
     """
 
     index: int
@@ -38,6 +43,9 @@ class GpuInfo:
     name: str
     model: str
     memory_total_mb: int
+    mig_parent: int | None = None
+    mig_profile: str = ""
+    compute_slices: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         return asdict(self)
