@@ -11,7 +11,8 @@ wins, fewer victims breaking ties.
 What a preemption costs is `PreemptionCost` (settings "preemption_restart_overhead",
 "preemption_checkpoints", "preemption_checkpoint_interval", "preemption_max_per_job"): the
 restart overhead plus the progress the victim loses (all of this attempt without
-checkpoints, only the time since its last checkpoint with them), in GPU-seconds; victims are
+checkpoints, only the time since its last checkpoint with them; `RunningJob.checkpointed`
+says which for a job known either way, the settings for the rest), in GPU-seconds; victims are
 ranked by that cost, and a job preempted `max_per_job` times is not preempted again. The
 policies that preempt for efficiency (las, gittins, tiresias) preempt only when the gain
 pays for it: the waiting job's expected remaining service (`mean_residual`) plus the cost
@@ -81,7 +82,10 @@ class PreemptionCost:
     (`checkpoints` false, fleet's default: a preempted job restarts from scratch) the
     progress lost is the whole run time of this attempt; with them, the time since the last
     checkpoint, taken every `checkpoint_interval` seconds from the attempt's start (0: the
-    job checkpoints continuously and loses nothing). A job already preempted `max_per_job`
+    job checkpoints continuously and loses nothing). A job that says whether it checkpoints
+    (`RunningJob.checkpointed` true or false: production knows it once an attempt of the job
+    resumed, or a later one started fresh) is costed so; `checkpoints` decides for the jobs
+    that have not said (None). A job already preempted `max_per_job`
     times (0: no cap) is not preempted again, so no job is starved by churn.
     """
 
@@ -109,10 +113,15 @@ class PreemptionCost:
             cost_weight=max(0.0, float(get("preemption_cost_weight", COST_WEIGHT_DEFAULT))),
         )
 
+    def keeps_checkpoints(self, job: RunningJob) -> bool:
+        """Whether the job resumes from a checkpoint: its own word, else the setting."""
+        known = getattr(job, "checkpointed", None)
+        return self.checkpoints if known is None else bool(known)
+
     def lost_seconds(self, job: RunningJob, now: float) -> float:
         """Seconds of this attempt's progress a preemption now would throw away."""
         ran = max(0.0, now - job.started_at)
-        if not self.checkpoints:
+        if not self.keeps_checkpoints(job):
             return ran
         if self.checkpoint_interval <= 0:
             return 0.0
@@ -150,7 +159,7 @@ class PreemptionCost:
 
     def explain(self, job: RunningJob, now: float) -> str:
         lost = self.lost_seconds(job, now)
-        if not self.checkpoints:
+        if not self.keeps_checkpoints(job):
             what = f"{_secs(lost)} of progress without a checkpoint"
         elif lost <= 0:
             what = "nothing lost past its checkpoint"

@@ -18,8 +18,9 @@ from django.db.models import F, FloatField, Func
 from django.utils import timezone
 
 from fleet.models import Gpu, GpuRelease, Job, JobEvent, JobMember, JobState, Node, Team
-from fleet.models.jobs import ACTIVE_STATES
+from fleet.models.jobs import ACTIVE_STATES, ActorKind
 from fleet.models.nodes import NodeState as NodeStatus
+from fleet.services.job_reports import FRESH, RESUMED
 from scheduler.core.model import (
     FULL_COMPUTE,
     GpuState,
@@ -126,25 +127,50 @@ def learn_history(limit: int) -> History:
     return History(predictor, summarize(sizes), summarize(ratios))
 
 
-def attained_service(job_ids: set[int]) -> dict[int, float]:
-    """Seconds each job ran in its earlier attempts, from its events (running -> anything).
-    Only requeued jobs have any, so callers pass just those."""
+@dataclass
+class Attempts:
+    """What a job's events say of its earlier attempts."""
+
+    ran: float = 0.0  # seconds run in earlier attempts (running -> anything)
+    queued_at: float | None = None  # when it last entered the queue
+    # Whether it resumes from checkpoints: True once an attempt resumed from one, False when
+    # a later attempt (2, 3, ...) started fresh and none resumed, None when no node said.
+    checkpointed: bool | None = None
+
+
+def attempt_history(job_ids: set[int]) -> dict[int, Attempts]:
+    """Per job, from its events: the service of its earlier attempts, when it last entered
+    the queue and whether its attempts resumed from a checkpoint (the agent's word, see
+    fleet.services.job_reports). Only requeued jobs have earlier attempts, so callers pass
+    just those; a job never requeued entered the queue when it was submitted."""
     if not job_ids:
         return {}
-    ran: dict[int, float] = {}
+    out: dict[int, Attempts] = {}
     started: dict[int, float] = {}
     events = (
         JobEvent.objects.filter(job_id__in=job_ids, applied=True)
         .order_by("job_id", "id")
-        .values_list("job_id", "from_state", "to_state", epoch("at"))
+        .values_list(
+            "job_id", "from_state", "to_state", epoch("at"), "attempt", "actor_kind", "reason"
+        )
     )
-    for job_id, before, after, at in events:
+    for job_id, before, after, at, attempt, actor_kind, reason in events:
+        seen = out.get(job_id)
+        if seen is None:
+            seen = out[job_id] = Attempts()
         t = _ts(at, 0.0)
-        if before == JobState.RUNNING and job_id in started:
-            ran[job_id] = ran.get(job_id, 0.0) + max(0.0, t - started.pop(job_id))
+        if before == JobState.RUNNING and after != JobState.RUNNING and job_id in started:
+            seen.ran += max(0.0, t - started.pop(job_id))
         if after == JobState.RUNNING:
             started[job_id] = t
-    return ran
+        elif after == JobState.PENDING:
+            seen.queued_at = t
+        if actor_kind == ActorKind.NODE and reason and not seen.checkpointed:
+            if f"attempt {attempt} {RESUMED}" in reason:
+                seen.checkpointed = True
+            elif attempt > 1 and f"attempt {attempt} {FRESH}" in reason:
+                seen.checkpointed = False
+    return out
 
 
 # What one member of an assigned/running attempt, or one stopping attempt's hold, takes on
@@ -247,7 +273,7 @@ def _active_fields() -> tuple[Any, ...]:
         "id", "team_id", "owner_id", "node_id", "gpu_indices", "gpus", "gpu_memory_mb",
         "gpu_compute_percent", epoch("started_at"), epoch("assigned_at"), "time_limit",
         "priority", "qos", "preemptible", "requeues", "max_requeues", "name", "attempt", "state",
-        "gpus_per_node", "cpus", "memory_mb",
+        "gpus_per_node", "cpus", "memory_mb", epoch("submitted_at"),
     )  # fmt: skip
 
 
@@ -297,7 +323,8 @@ def build_snapshot(*, now: datetime | None = None, save_usage: bool = True) -> D
     history = learn_history(int(snap.param("prediction_history")))
     predictor = snap.predictor = history.predictor
     # Earlier attempts' service, in GPU-seconds like gittins' size distribution.
-    earlier = attained_service({r[0] for r in active if r[14]} | {r[0] for r in pending if r[18]})
+    earlier = attempt_history({r[0] for r in active if r[14]} | {r[0] for r in pending if r[18]})
+    never = Attempts()
     predictions: dict[tuple[int, str, int], float] = {}
 
     def predict(owner: int, name: str, limit: int) -> float | None:
@@ -314,11 +341,12 @@ def build_snapshot(*, now: datetime | None = None, save_usage: bool = True) -> D
     for (
         job_id, team_id, owner_id, node_id, indices, gpus, mem, comp, started, assigned,
         limit, priority, qos, preemptible, requeues, max_requeues, name, attempt, state,
-        per_node, cpus, memory_mb,
+        per_node, cpus, memory_mb, submitted,
     ) in active:  # fmt: skip
         if node_id not in node_names:
             continue  # its node was deleted: nothing to place around
         start = _ts(started, _ts(assigned, t_now))
+        past = earlier.get(job_id, never)
         running.append(
             RunningJob(
                 id=job_id,
@@ -336,7 +364,7 @@ def build_snapshot(*, now: datetime | None = None, save_usage: bool = True) -> D
                 preemptible=preemptible,
                 predicted_runtime=predict(owner_id, name, limit),
                 requeueable=requeues < max_requeues,
-                attained_service=earlier.get(job_id, 0.0) * gpu_equivalent(gpus, comp),
+                attained_service=past.ran * gpu_equivalent(gpus, comp),
                 members=tuple(
                     Member(node_names[node], tuple(int(i) for i in indices or ()))
                     for _, node, indices in members.get(job_id, ())
@@ -346,6 +374,8 @@ def build_snapshot(*, now: datetime | None = None, save_usage: bool = True) -> D
                 cpus=cpus,
                 memory_mb=memory_mb,
                 preemptions=requeues,
+                queued_at=_ts(submitted, start) if past.queued_at is None else past.queued_at,
+                checkpointed=past.checkpointed,
             )
         )
         snap.attempts[job_id] = attempt
@@ -359,6 +389,7 @@ def build_snapshot(*, now: datetime | None = None, save_usage: bool = True) -> D
         priority, qos, preemptible, name, attempt, reason, position, eta, requeues,
         per_node, cpus, memory_mb, same_group,
     ) in pending:  # fmt: skip
+        past = earlier.get(job_id, never)
         queued.append(
             PendingJob(
                 id=job_id,
@@ -376,12 +407,13 @@ def build_snapshot(*, now: datetime | None = None, save_usage: bool = True) -> D
                 preemptible=preemptible,
                 name=name,
                 predicted_runtime=predict(owner_id, name, limit),
-                attained_service=earlier.get(job_id, 0.0) * gpu_equivalent(gpus, comp),
+                attained_service=past.ran * gpu_equivalent(gpus, comp),
                 gpus_per_node=per_node,
                 cpus=cpus,
                 memory_mb=memory_mb,
                 same_group=same_group,
                 preemptions=requeues,
+                queued_at=_ts(submitted, t_now) if past.queued_at is None else past.queued_at,
             )
         )
         snap.attempts[job_id] = attempt

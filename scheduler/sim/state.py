@@ -399,6 +399,7 @@ class SimState:
             memory_mb=spec.memory_mb,
             preemptions=run.preemptions,
             queued_at=spec.submit if run.queued_at is None else run.queued_at,
+            checkpointed=spec.checkpointed,
         )
         return None
 
