@@ -34,6 +34,7 @@ from fleet.services import messaging
 from fleet.services.job_reports import job_report_apply, requeue_lost
 from fleet.services.reaper import missing_grace_s
 from fleet.services.releases import gpu_release_hold_running, gpu_release_reconcile
+from scheduler.cycle.admission import SHAPE_FIELDS, fleet_shape_changed
 from workers.wire import key_generate, public_key_of
 
 log = logging.getLogger(__name__)
@@ -95,7 +96,8 @@ def _sync_gpus(node: Node, gpus: Sequence[dict[str, Any]]) -> list[str]:
             )
     rows = [r for r in rows if r.node_id == node.pk]
     stale = [r.pk for r in rows if r.uuid not in wanted or r.index != int(wanted[r.uuid]["index"])]
-    Gpu.objects.filter(pk__in=stale).delete()
+    if stale:
+        Gpu.objects.filter(pk__in=stale).delete()
     kept = {r.uuid: r for r in rows if r.pk not in stale}
     for uuid, info in wanted.items():
         model, memory = str(info["model"]), int(info["memory_total_mb"])
@@ -106,6 +108,7 @@ def _sync_gpus(node: Node, gpus: Sequence[dict[str, Any]]) -> list[str]:
             )
         elif (row.model, row.memory_mb) != (model, memory):
             Gpu.objects.filter(pk=row.pk).update(model=model, memory_mb=memory)
+            fleet_shape_changed()
     return refused
 
 
@@ -196,6 +199,9 @@ def agent_register(
     with transaction.atomic():
         # A write first: SQLite then takes its write lock at once (waiting for it) instead
         # of failing when a read transaction tries to upgrade.
+        shape = {k: v for k, v in host_fields.items() if k in SHAPE_FIELDS}
+        if shape and Node.objects.filter(pk=node.pk).exclude(**shape).exists():
+            fleet_shape_changed()
         Node.objects.filter(pk=node.pk).update(
             gpu_backend=backend[:20], agent_version=agent_version[:50], **host_fields
         )

@@ -12,15 +12,21 @@ job are checked by fleet.services.jobs.
 
 from __future__ import annotations
 
+import logging
+import time
 from dataclasses import replace
 from typing import Any
+from uuid import uuid4
 
-from django.db import connection
+from django.core.cache import cache
+from django.db import connection, transaction
 
 from fleet.errors import ApplicationError
 from fleet.models import Gpu, Node, Team
 from scheduler.core.admission import admission_error, host_limit_error
 from scheduler.core.model import GpuState, NodeState, PendingJob, TeamState
+
+log = logging.getLogger(__name__)
 
 # Which request field a refusal is about, by how the pure message starts.
 _FIELDS = (
@@ -47,11 +53,70 @@ ORDER BY 7 DESC, 1, 2, 3
 """
 
 
+# The fleet's shape changes rarely (a node registers new GPUs or host resources, an admin
+# deletes one) and is read on every submit, so each process keeps the last one it read. It
+# is trusted while the shape generation (a value in the shared cache that every change
+# replaces, see fleet_shape_changed) and the newest GPU row are the ones it was read under,
+# and for at most SHAPE_TTL_S seconds.
+SHAPE_GENERATION_KEY = "fleet:admission:shape-generation"
+SHAPE_TTL_S = 60.0
+# The node fields admission reads beside its GPUs.
+SHAPE_FIELDS = frozenset({"cpus", "memory_mb", "group"})
+_shape_memo: tuple[tuple[str, int | None], float, tuple[NodeState, ...]] | None = None
+
+
+def fleet_shape_changed() -> None:
+    """Say that a node's GPUs, host CPUs, memory or group changed: every process reads the
+    fleet anew at its next submit. Call it inside the transaction that changes them; the
+    generation is replaced now and again once that transaction commits, so a process that
+    read the fleet in between (before the change was visible) does not keep what it read."""
+    _new_shape_generation()
+    transaction.on_commit(_new_shape_generation)
+
+
+def _new_shape_generation() -> None:
+    try:
+        cache.set(SHAPE_GENERATION_KEY, uuid4().hex, timeout=None)
+    except Exception:  # noqa: BLE001 - without the cache every submit reads the fleet
+        log.warning("could not replace the fleet shape generation", exc_info=True)
+
+
+def _shape_generation() -> tuple[str, int | None] | None:
+    """What the fleet's shape is known by now, or None when the cache cannot say (then the
+    fleet is read for every submit)."""
+    try:
+        generation = cache.get(SHAPE_GENERATION_KEY)
+        if generation is None:
+            cache.add(SHAPE_GENERATION_KEY, uuid4().hex, timeout=None)
+            generation = cache.get(SHAPE_GENERATION_KEY)
+    except Exception:  # noqa: BLE001
+        return None
+    if generation is None:
+        return None
+    newest = Gpu.objects.order_by("-id").values_list("id", flat=True).first()
+    return str(generation), newest
+
+
 def fleet_nodes() -> tuple[NodeState, ...]:
     """Every node with GPUs, with its GPUs, host CPUs, memory and group, as admission sees
     them (what is free does not matter, and neither do names: on PostgreSQL the nodes of one
-    shape are one NodeState, repeated, named after the shape). Read on every single submit,
-    so it is one query whose size grows with the kinds of node, not with the fleet."""
+    shape are one NodeState, repeated, named after the shape). Read on every single submit:
+    from this process's copy while the fleet's shape generation says it is current (two
+    small reads), else with one query whose size grows with the kinds of node, not with
+    the fleet."""
+    global _shape_memo
+    generation = _shape_generation()
+    memo, now = _shape_memo, time.monotonic()
+    if generation is not None and memo is not None:
+        if memo[0] == generation and now - memo[1] < SHAPE_TTL_S:
+            return memo[2]
+    nodes = _read_fleet_nodes()
+    if generation is not None:
+        _shape_memo = (generation, now, nodes)
+    return nodes
+
+
+def _read_fleet_nodes() -> tuple[NodeState, ...]:
     if connection.vendor == "postgresql":
         with connection.cursor() as cursor:
             cursor.execute(_SHAPES_SQL)

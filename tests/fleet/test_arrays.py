@@ -330,9 +330,13 @@ def test_admission_reads_the_fleet_in_one_query_and_counts_nodes_of_one_shape(
             GpuFactory(node=node, index=i, model="A100-80GB", memory_mb=81920)
     with CaptureQueriesContext(connection) as ctx:
         nodes = read_fleet()
-    assert len(ctx.captured_queries) == 1
+    assert len(ctx.captured_queries) == 2  # the newest GPU's id, then the shapes
     shapes = sorted((len(n.gpus), n.gpus[0].model, [g.index for g in n.gpus]) for n in nodes)
     assert shapes == [(2, "V100-32GB", [0, 1])] + [(4, "A100-80GB", [0, 1, 2, 3])] * 3
+    # The next submit trusts what this process read while the fleet's shape is unchanged.
+    with CaptureQueriesContext(connection) as ctx:
+        assert read_fleet() == nodes
+    assert len(ctx.captured_queries) == 1 and "GROUP BY" not in ctx.captured_queries[0]["sql"]
     fits = owner_api.post(SUBMIT, _job(gpus=12, gpus_per_node=4), format="json")
     assert fits.status_code == 201, fits.json()
     refused = owner_api.post(SUBMIT, _job(gpus=16, gpus_per_node=4), format="json")

@@ -87,3 +87,31 @@ def test_a_draining_node_keeps_its_admins_reason(sim_a: Node, staff: Any) -> Non
     node_drain(node=node, user=staff, reason="memory errors on GPU 0")
     node = register("sim-c", "GPU-c0", "GPU-a0")
     assert node.state_reason == "memory errors on GPU 0" and uuids_of(node) == ["GPU-c0"]
+
+
+def test_admission_sees_a_registration_that_changes_the_fleets_shape() -> None:
+    from scheduler.cycle.admission import fleet_nodes
+
+    def shape() -> list[tuple[Any, ...]]:
+        return sorted(
+            (n.cpus, tuple((g.model, g.memory_mb) for g in n.gpus)) for n in fleet_nodes()
+        )
+
+    node = register("sim-s", "GPU-s0")
+    assert shape() == [(None, (("A100-80GB", 81920),))]
+    assert shape() == [(None, (("A100-80GB", 81920),))]  # kept between submits
+
+    # The agent now reports other memory for the same GPU (updated in place, no new row).
+    changed = [{"index": 0, "uuid": "GPU-s0", **A100, "memory_total_mb": 40960}]
+    agent_register(node=node, backend="nvml", agent_version="1", gpus=changed)
+    assert shape() == [(None, (("A100-80GB", 40960),))]
+
+    # Host CPUs reported for the first time, then the same again (nothing changes).
+    agent_register(node=node, backend="nvml", agent_version="1", gpus=changed, host={"cpus": 64})
+    assert shape() == [(64, (("A100-80GB", 40960),))]
+    agent_register(node=node, backend="nvml", agent_version="1", gpus=changed, host={"cpus": 64})
+    assert shape() == [(64, (("A100-80GB", 40960),))]
+
+    # An admin deletes the node: its GPUs go with it.
+    Node.objects.filter(pk=node.pk).delete()
+    assert shape() == []
