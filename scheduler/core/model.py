@@ -94,6 +94,9 @@ class PendingJob:
     # the queue (None: at submit), for starvation guards.
     preemptions: int = 0
     queued_at: float | None = None
+    # Relative speed per GPU model as the job declares it, (model, speed) pairs such as
+    # (("V100", 1.0), ("K80", 0.3)); (): not declared (see Snapshot.gpu_speeds).
+    gpu_speeds: tuple[tuple[str, float], ...] = ()
 
     @property
     def is_fractional(self) -> bool:
@@ -214,6 +217,12 @@ class Snapshot:
     # Runtime / time limit of the same finished jobs, as equal-mass atoms in (0, 1]; () when
     # unknown. With it, gittins sees each job's size as its limit x GPUs times this ratio.
     limit_ratio_distribution: tuple[float, ...] = ()
+    # Relative speed per GPU model learned from finished jobs' runtimes: job class (see
+    # scheduler.policies.gavel.speed_key; "*" for all jobs) -> GPU model -> speed, the
+    # fastest model of a class at 1.0; empty when unknown. Used by gavel.
+    gpu_speeds: Mapping[str, Mapping[str, float]] = field(
+        default_factory=lambda: MappingProxyType({})
+    )
 
 
 @dataclass(frozen=True, slots=True)

@@ -7,6 +7,7 @@ and the pending jobs' current reason, position and ETA (so only changes are writ
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from types import MappingProxyType
@@ -35,6 +36,7 @@ from scheduler.core.prediction import RuntimePredictor
 from scheduler.core.service_distribution import summarize
 from scheduler.cycle.config import COMMON, settings_get
 from scheduler.cycle.usage import Run, gpu_equivalent, team_usage
+from scheduler.policies.gavel import SpeedLearner, speed_key
 
 # Finished states whose runtime says how long such a job really takes.
 HISTORY_STATES = (JobState.SUCCEEDED, JobState.TIMEOUT)
@@ -125,6 +127,45 @@ def learn_history(limit: int) -> History:
         sizes.append(runtime * gpu_equivalent(gpus, comp))
         ratios.append(min(runtime / float(limit_s), 1.0))
     return History(predictor, summarize(sizes), summarize(ratios))
+
+
+# Seconds a learned speed table is used before finished jobs are read for it again.
+SPEED_TABLE_TTL = 300.0
+_speed_cache: dict[str, tuple[int, float, Mapping[str, Mapping[str, float]]]] = {}
+
+
+def learn_speeds(
+    limit: int, models: Mapping[tuple[int, int], str], *, now: float
+) -> Mapping[str, Mapping[str, float]]:
+    """Relative speed per job class and GPU model (gavel's `SpeedLearner`), from the `limit`
+    most recent finished jobs that ran in one attempt on GPUs of one model (`models`: (node
+    id, GPU index) -> model). Read again at most every SPEED_TABLE_TTL seconds."""
+    cached = _speed_cache.get("table")
+    if cached is not None and cached[0] == limit and 0 <= now - cached[1] < SPEED_TABLE_TTL:
+        return cached[2]
+    learner = SpeedLearner()
+    rows = (
+        Job.objects.filter(
+            state__in=HISTORY_STATES, requeues=0, node__isnull=False,
+            started_at__isnull=False, finished_at__isnull=False,
+        )
+        .order_by("-id")
+        .values_list(
+            "owner__username", "name", "time_limit", "node_id", "gpu_indices", "gpus",
+            "gpus_per_node", epoch("started_at"), epoch("finished_at"),
+        )[: max(limit, 0)]
+    )  # fmt: skip
+    for user, name, limit_s, node_id, indices, gpus, per_node, started, finished in rows:
+        if per_node and gpus > per_node:
+            continue  # a gang's other members may have run on other models
+        kinds = {models.get((node_id, int(i))) for i in indices or ()}
+        model = kinds.pop() if len(kinds) == 1 else None
+        if model is not None and limit_s:
+            runtime = _ts(finished, 0.0) - _ts(started, 0.0)
+            learner.observe(speed_key(user or "", name), model, runtime, float(limit_s))
+    table = learner.table()
+    _speed_cache["table"] = (limit, now, table)
+    return table
 
 
 @dataclass
@@ -449,5 +490,10 @@ def build_snapshot(*, now: datetime | None = None, save_usage: bool = True) -> D
         settings=MappingProxyType(params),
         service_distribution=history.service,
         limit_ratio_distribution=history.limit_ratio,
+        gpu_speeds=learn_speeds(
+            int(snap.param("prediction_history")),
+            {(node_ids[n.name], g.index): g.model for n in nodes for g in n.gpus},
+            now=t_now,
+        ),
     )
     return snap

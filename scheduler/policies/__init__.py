@@ -29,6 +29,7 @@ POLICIES: dict[str, str] = {
     "gittins": "scheduler.policies.gittins:GittinsPolicy",
     "gittins-tiers": "scheduler.policies.gittins_tiers:GittinsTiersPolicy",
     "tiresias": "scheduler.policies.tiresias:TiresiasPolicy",
+    "gavel": "scheduler.policies.gavel:GavelPolicy",
     "greedy": "scheduler.policies.packing.greedy:GreedyPolicy",
     "ilp": "scheduler.policies.packing.ilp:IlpPolicy",
     "genetic": "scheduler.policies.packing.genetic:GeneticPolicy",

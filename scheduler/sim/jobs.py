@@ -8,6 +8,11 @@ simulator (and to the srpt-oracle).
 A job asks `gpus` in total. With `gpus_per_node` it is a multi-node gang of
 `gpus // gpus_per_node` members, one per node (as `scheduler.core.model.PendingJob`); `cpus`
 and `memory_mb` are asked per member (per node).
+
+GPU models differ in speed, and by how much depends on the job (Gavel, OSDI'20): `speeds`
+gives the job's relative speed per GPU model, `(("V100", 1.0), ("K80", 0.3))`; its
+`duration` is then seconds at speed 1.0, and on a model of speed s it runs `duration / s`.
+A model the job does not name, and every model of a job without speeds, runs at 1.0.
 """
 
 from __future__ import annotations
@@ -50,6 +55,15 @@ class JobSpec:
     # Whether a preemption keeps the job's progress (it writes to FLEET_CHECKPOINT_DIR and
     # resumes from it); None: the run's SimConfig.checkpointing decides.
     checkpointed: bool | None = None
+    # Relative speed per GPU model, (model, speed) pairs; (): every model runs at 1.0.
+    speeds: tuple[tuple[str, float], ...] = ()
+
+    def speed_on(self, model: str) -> float:
+        """The job's relative speed on a GPU model (1.0 where its speeds do not name it)."""
+        for name, speed in self.speeds:
+            if name == model:
+                return speed
+        return 1.0
 
     @property
     def nodes(self) -> int:

@@ -119,11 +119,37 @@ def _opt_checkpointed(value: Any, where: str, n: int) -> bool | None:
     return CHECKPOINTED_WORDS[text]
 
 
+def _opt_speeds(value: Any, where: str, n: int) -> tuple[tuple[str, float], ...]:
+    """The `speeds` column: relative speed per GPU model, `V100=1.0;K80=0.3` (or a JSON
+    object in JSON traces); empty: every model at 1.0."""
+    if value is None or value == "":
+        return ()
+    items = (
+        list(value.items())
+        if isinstance(value, dict)
+        else [part.partition("=")[::2] for part in str(value).split(";") if part.strip()]
+    )
+    out = []
+    for model, speed in items:
+        try:
+            number = float(speed)
+        except (TypeError, ValueError):
+            number = 0.0
+        if not str(model).strip() or not (number > 0 and math.isfinite(number)):
+            raise ValueError(
+                f"{where}: row {n}: speeds={value!r}; give MODEL=SPEED pairs with speeds "
+                "above 0, e.g. V100=1.0;K80=0.3"
+            )
+        out.append((str(model).strip(), number))
+    return tuple(sorted(out))
+
+
 def _generic(rows: list[dict[str, Any]], where: str) -> list[JobSpec]:
     """Generic rows: submit, duration, gpus, team, user, name; time_limit, gpu_model,
     gpu_memory_mb, gpu_compute_percent, priority, gpus_per_node, cpus, memory_mb (host memory
     per node, MiB), checkpointed (whether a preemption keeps its progress; empty: the run's
-    --checkpointing) optional. `submit` is seconds or an ISO time."""
+    --checkpointing), speeds (relative speed per GPU model, `V100=1.0;K80=0.3`; `duration`
+    is then the runtime at speed 1.0) optional. `submit` is seconds or an ISO time."""
     parsed = []
     for n, row in enumerate(rows, start=1):
         try:
@@ -155,6 +181,7 @@ def _generic(rows: list[dict[str, Any]], where: str) -> list[JobSpec]:
             cpus=_opt_int(row.get("cpus")) or 0,
             memory_mb=_opt_int(row.get("memory_mb")) or 0,
             checkpointed=_opt_checkpointed(row.get("checkpointed"), where, n),
+            speeds=_opt_speeds(row.get("speeds"), where, n),
         )
         parsed.append((submit, fields))
     parsed.sort(key=lambda p: p[0])

@@ -18,6 +18,16 @@ slower: its work takes `1 + gang_spread_slowdown x (extra nodes + extra groups)`
 long (0 disables); the extra GPU-seconds are counted apart (`spread_gpu_seconds`).
 While the oldest waiting job is a multi-node gang, the GPUs left idle are counted as
 `gang_wait_gpu_seconds` (GPU-time lost to waiting for gangs).
+
+GPU models: a job with `JobSpec.speeds` runs each attempt at its speed on the GPUs it got
+(the slowest member's, for a gang over several models): its remaining work takes
+`remaining / speed` seconds, and a preempted attempt keeps `seconds run x speed` of work, so
+progress carries over right when the next attempt runs on another model. Its time limit
+stretches the same way (as with the spread slowdown): the limit a user asks is taken as
+meant for the work, not for the GPU. Policies see the speeds a job declares
+(`PendingJob.gpu_speeds`, unless `SimConfig.declare_speeds` is off) and a table learned
+from finished jobs' runtimes per job class and model (`Snapshot.gpu_speeds`), as production
+learns it.
 """
 
 from __future__ import annotations
@@ -40,6 +50,7 @@ from scheduler.core.model import (
     Snapshot,
 )
 from scheduler.core.usage import DEFAULT_HALF_LIFE
+from scheduler.policies.gavel import SpeedLearner, speed_key
 from scheduler.sim.cluster import ClusterSpec
 from scheduler.sim.jobs import JobSpec
 from scheduler.sim.service import ServiceHistory
@@ -73,6 +84,9 @@ class SimConfig:
     # Slowdown per extra node and per extra topology group of a multi-node gang (0.1: a gang
     # over two groups runs its work 10% slower); 0 disables.
     gang_spread_slowdown: float = 0.1
+    # Jobs' relative speeds per GPU model (JobSpec.speeds) shown to policies as declared
+    # (PendingJob.gpu_speeds); off: policies only see what the snapshot's table learns.
+    declare_speeds: bool = True
 
 
 @dataclass(slots=True, eq=False)
@@ -91,6 +105,7 @@ class JobRun:
     # Every member of the current attempt, rank 0 (node, gpu_indices) first.
     members: tuple[Member, ...] = ()
     slowdown: float = 1.0  # of the current attempt (gang spread)
+    speed: float = 1.0  # of the current attempt (its GPU model; JobSpec.speeds)
     spread_gpu_seconds: float = 0.0  # GPU-seconds the slowdown cost, over all attempts
     overhead: float = 0.0  # restart overhead of the current attempt
     done_work: float = 0.0  # useful seconds kept from earlier attempts (checkpointing)
@@ -161,6 +176,7 @@ class SimState:
         self.finished = 0
         self.events = 0  # batches of events processed; drivers may skip cycles without news
         self.service = ServiceHistory()  # sizes of finished jobs, for gittins
+        self.speeds = SpeedLearner()  # runtimes per job class and GPU model, for gavel
 
     # -- clock and events ------------------------------------------------------------------
 
@@ -370,9 +386,12 @@ class SimState:
         run.node, run.gpu_indices = node, allocs[0].gpu_indices
         run.members = allocs
         run.slowdown = self.spread_slowdown(spec, allocs) if len(allocs) > 1 else 1.0
+        run.speed = self.speed_on(spec, allocs) if spec.speeds else 1.0
+        # Seconds per second of work in this attempt (1.0 on a speed-1 model, not spread).
+        stretch = run.slowdown / run.speed
         if run.first_start is None:
             run.first_start = self.now
-        run.ends_at = self.now + run.overhead + run.remaining_work * run.slowdown
+        run.ends_at = self.now + run.overhead + run.remaining_work * stretch
         heapq.heappush(self._ends, (run.ends_at, job_id, run.attempt))
         self.usage.change(spec.team, spec.gpu_equivalent, self.now)
         self.busy_gpus += spec.gpu_equivalent
@@ -383,13 +402,13 @@ class SimState:
             node=node,
             gpu_indices=run.gpu_indices,
             started_at=self.now,
-            time_limit=(spec.time_limit or spec.work) * run.slowdown + run.overhead,
+            time_limit=(spec.time_limit or spec.work) * stretch + run.overhead,
             gpus=spec.gpus,
             gpu_memory_mb=spec.gpu_memory_mb,
             gpu_compute_percent=spec.gpu_compute_percent,
             priority=spec.priority,
             predicted_runtime=(
-                None if run.predicted is None else run.predicted * run.slowdown + run.overhead
+                None if run.predicted is None else run.predicted * stretch + run.overhead
             ),
             requeueable=self._requeueable(run),
             attained_service=run.attained,
@@ -402,6 +421,13 @@ class SimState:
             checkpointed=spec.checkpointed,
         )
         return None
+
+    def speed_on(self, spec: JobSpec, members: tuple[Member, ...]) -> float:
+        """The job's speed on these GPUs: the slowest GPU's model decides (a gang moves in
+        lockstep)."""
+        return min(
+            spec.speed_on(self._nodes[m.node].gpus[i].model) for m in members for i in m.gpu_indices
+        )
 
     def _keeps_progress(self, spec: JobSpec) -> bool:
         """Whether a preemption keeps the attempt's work: the job's own `checkpointed` (a
@@ -427,11 +453,11 @@ class SimState:
         self._stop(run, ran)
         run.preemptions += 1
         self.preemptions += 1
-        progress = max(0.0, ran - run.overhead) / run.slowdown
+        progress = max(0.0, ran - run.overhead) / run.slowdown * run.speed
         if free or self._keeps_progress(spec):
             run.done_work += progress
             run.lost_gpu_seconds += min(ran, run.overhead) * g
-            run.spread_gpu_seconds += progress * (run.slowdown - 1.0) * g
+            run.spread_gpu_seconds += progress * (run.slowdown - 1.0) / run.speed * g
             run.overhead = 0.0 if free else self.config.restart_overhead
         else:
             run.lost_gpu_seconds += ran * g
@@ -456,7 +482,10 @@ class SimState:
         run.finish = end
         # Useful work of this attempt counts as used; its restart overhead is lost and what
         # the gang's spread cost is counted apart.
-        run.spread_gpu_seconds += run.remaining_work * (run.slowdown - 1.0) * spec.gpu_equivalent
+        run.spread_gpu_seconds += (
+            run.remaining_work * (run.slowdown - 1.0) / run.speed * spec.gpu_equivalent
+        )
+        self._learn_speed(run, end)
         run.done_work = spec.work
         run.lost_gpu_seconds += run.overhead * spec.gpu_equivalent
         self.finished += 1
@@ -464,6 +493,19 @@ class SimState:
         self.service.observe(spec.work * spec.gpu_equivalent, ratio)
         if self.predictor is not None:
             self.predictor.observe(spec, spec.work)
+
+    def _learn_speed(self, run: JobRun, end: float) -> None:
+        """What production learns from a finished job: its runtime against its time limit on
+        the GPU model it ran on, from jobs that ran in one attempt on one model."""
+        spec = run.spec
+        if run.preemptions or not spec.time_limit:
+            return
+        models = {self._nodes[m.node].gpus[i].model for m in run.members for i in m.gpu_indices}
+        if len(models) == 1:
+            runtime = end - run.started_at - run.overhead
+            self.speeds.observe(
+                speed_key(spec.user, spec.name), models.pop(), runtime, spec.time_limit
+            )
 
     def _stop(self, run: JobRun, ran: float) -> None:
         spec = run.spec
@@ -522,6 +564,7 @@ class SimState:
             memory_mb=spec.memory_mb,
             preemptions=run.preemptions,
             queued_at=run.queued_at,
+            gpu_speeds=spec.speeds if self.config.declare_speeds else (),
         )
 
     def node_states(self) -> tuple[NodeState, ...]:
@@ -555,6 +598,7 @@ class SimState:
             settings=self._settings,
             service_distribution=self.service.atoms(),
             limit_ratio_distribution=self.service.ratio_atoms(),
+            gpu_speeds=self.speeds.table(),
         )
 
     def mark_unschedulable(self) -> int:

@@ -9,13 +9,19 @@ job, else of the largest divisor of the job's GPUs that fits a node (12 GPUs on 
 (`cpus_per_gpu`, `memory_gb_per_gpu`, per member). Only jobs that can never fit the cluster
 (too few nodes of the size and model, too little CPU or memory on any node) are dropped, and
 counted (`PrepReport.dropped_unfit`).
+
+`assign_speeds` gives jobs a relative speed per GPU model, drawn from a table of job types
+(by default Gavel's measured throughputs, `GAVEL_THROUGHPUTS`), for heterogeneous clusters.
 """
 
 from __future__ import annotations
 
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field, replace
+
+import numpy as np
 
 from scheduler.sim.cluster import ClusterSpec
 from scheduler.sim.jobs import JobSpec, assign_time_limits
@@ -243,3 +249,44 @@ def equal_guarantees(jobs: list[JobSpec], total_gpus: int) -> dict[str, int]:
         return {}
     share = max(1, total_gpus // len(teams))
     return {t: share for t in teams}
+
+
+# Throughput (training steps per second) of each job type alone on one GPU of each model, as
+# Gavel publishes them (github.com/stanford-futuredata/gavel, scheduler/
+# combined_throughputs_with_p100.json, the entries for a job with no co-located job; the
+# paper's Figure 1 shows the same spread). ResNet-50 is left out: its V100 figure there
+# (1.38 steps/s) is half its P100 one (2.76), which no other type shows.
+GAVEL_THROUGHPUTS: dict[str, dict[str, float]] = {
+    "Transformer": {"V100": 8.7418, "P100": 4.4123, "K80": 1.7486},
+    "CycleGAN": {"V100": 3.6756, "P100": 2.4219, "K80": 0.5128},
+    "LM": {"V100": 96.2464, "P100": 71.7232, "K80": 1.5766},
+    "ResNet-18": {"V100": 46.8173, "P100": 28.5499, "K80": 5.9139},
+    "A3C": {"V100": 7.2380, "P100": 4.5464, "K80": 3.1273},
+    "Recommendation": {"V100": 0.4302, "P100": 0.2791, "K80": 0.2395},
+}
+
+
+def relative_speeds(throughputs: Mapping[str, float]) -> tuple[tuple[str, float], ...]:
+    """Throughputs per model as speeds relative to the fastest model (1.0), sorted by model."""
+    best = max(throughputs.values())
+    return tuple((model, round(value / best, 4)) for model, value in sorted(throughputs.items()))
+
+
+def assign_speeds(
+    jobs: list[JobSpec],
+    *,
+    seed: int = 0,
+    table: Mapping[str, Mapping[str, float]] | None = None,
+) -> list[JobSpec]:
+    """Give every job a type drawn uniformly (seeded) from `table` (job type -> model ->
+    throughput; default GAVEL_THROUGHPUTS) and that type's speeds relative to its fastest
+    model; a job without a name is named after its type (the class production learns
+    speeds for). A job's duration stays its runtime on its fastest model."""
+    table = GAVEL_THROUGHPUTS if table is None else table
+    types = sorted(table)
+    speeds = {t: relative_speeds(table[t]) for t in types}
+    picks = np.random.default_rng(seed).integers(0, len(types), size=len(jobs))
+    return [
+        replace(job, speeds=speeds[types[k]], name=job.name or types[k])
+        for job, k in zip(jobs, picks, strict=True)
+    ]

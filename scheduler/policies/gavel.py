@@ -1,0 +1,322 @@
+"""gavel: least attained service that places each job on the GPU model where it runs best
+relative to the other waiting jobs, in the spirit of Gavel.
+
+Narayanan et al., "Heterogeneity-Aware Cluster Scheduling Policies for Deep Learning
+Workloads", OSDI'20: a job's effective throughput is its throughput on the GPU type it gets,
+and jobs differ in how much a faster type helps them (a language model may run 60x faster on
+a V100 than on a K80, a recommendation model 2x). Gavel solves an allocation of time on
+each type per job and realises it in rounds. fleet's cycle keeps its own model (one walk of
+the queue per cycle, no per-round leases), so `gavel` is the practical subset:
+
+- order and preemption are `las`'s (discretized least attained service, preemption that
+  pays for itself);
+- each cycle, the jobs at the head of that order that the free GPUs could hold form the
+  round; they are assigned to GPU models by a greedy solution of the round's assignment
+  (jobs that lose the most by not getting their best model, relative to that best, choose
+  first; each takes its best model that still has room), which is what maximises the sum
+  of the jobs' relative speeds when every job has the same shape;
+- a job is placed on its assigned model when it fits there, else on the next best that
+  fits, unless its relative speed there is below settings "gavel_min_speed" (default
+  0.25: a job does not start where it would run over 4x slower than on its best model; it
+  waits, or preempts, for a better one; 0 makes it work-conserving); jobs past the round
+  try their models fastest first.
+
+Speeds come from the snapshot: the job's own (`PendingJob.gpu_speeds`, declared), else
+those learned for its class (job name, else its user) from finished jobs' runtimes per GPU
+model (`Snapshot.gpu_speeds`, built by `SpeedLearner`), else the fleet-wide learned ones
+("*"), else 1.0. Where no job of the round has speeds that differ between the free models,
+`gavel` places exactly as `las` does.
+
+Trade-off: faster JCT and more work done on a mixed fleet where jobs differ in their
+speedups; but it needs those speedups (declared, or learned from enough finished jobs of
+each class on each model), it does not migrate running jobs to better models (a job moves
+only when a preemption requeues it), and on a fleet of one model it is `las`.
+"""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_right
+from collections.abc import Mapping
+from dataclasses import replace
+from types import MappingProxyType
+from typing import Any
+
+from scheduler.core.model import PendingJob, Plan, RunningJob, Snapshot
+from scheduler.core.preemption import PreemptionCost, mean_residual
+from scheduler.policies.base import Cycle
+from scheduler.policies.las import LasPolicy
+
+# Jobs of a class that must have finished on a model before its speed there is learned.
+MIN_SAMPLES = 3
+# Jobs in one round at most (its assignment costs jobs^2 x models); later jobs try their
+# models fastest first.
+MAX_ROUND = 128
+# Relative speed below which a job rather waits for a better model than start (settings
+# "gavel_min_speed"): at most 4x slower than on its best model.
+DEFAULT_MIN_SPEED = 0.25
+ALL = "*"
+
+Speeds = Mapping[str, Mapping[str, float]]
+# (model, speed relative to the job's best model), best first.
+Preference = tuple[tuple[str, float], ...]
+
+
+def speed_key(user: str, name: str) -> str:
+    """The class a job's speeds are learned for: its name (the command it runs), else its
+    user ("@" + user)."""
+    return name if name else f"@{user}"
+
+
+class SpeedLearner:
+    """Relative speed per (job class, GPU model), learned from finished jobs' runtimes.
+
+    A job's runtime says little by itself (jobs of one class differ in size), so each is
+    taken against its time limit: runtime / limit, whose geometric mean per class and model
+    compares the models for that class, assuming people ask limits for the work, not for the
+    GPU they will get. The fastest model of a class has speed 1.0; a model needs
+    `min_samples` finished jobs, and a class two such models. The "*" row pools every class.
+    Incremental (`observe`), with the table rebuilt only after a change.
+    """
+
+    def __init__(self, min_samples: int = MIN_SAMPLES) -> None:
+        self.min_samples = min_samples
+        self._sums: dict[str, dict[str, list[float]]] = {}
+        self._table: Speeds | None = None
+
+    def observe(self, key: str, model: str, runtime: float, limit: float) -> None:
+        if not model or not (runtime > 0 and limit > 0):
+            return
+        value = math.log(runtime / limit)
+        for k in (key, ALL):
+            cell = self._sums.setdefault(k, {}).setdefault(model, [0.0, 0.0])
+            cell[0] += value
+            cell[1] += 1
+        self._table = None
+
+    def table(self) -> Speeds:
+        if self._table is None:
+            out: dict[str, Mapping[str, float]] = {}
+            for key, per_model in self._sums.items():
+                means = {m: s / n for m, (s, n) in per_model.items() if n >= self.min_samples}
+                if len(means) < 2:
+                    continue
+                fastest = min(means.values())
+                out[key] = MappingProxyType(
+                    {m: math.exp(fastest - v) for m, v in sorted(means.items())}
+                )
+            self._table = MappingProxyType(out)
+        return self._table
+
+
+def job_speeds(job: PendingJob, table: Speeds, models: tuple[str, ...]) -> dict[str, float]:
+    """The job's speed on each model: declared, else learned for its class, else learned
+    for all jobs, else 1.0."""
+    declared = dict(job.gpu_speeds)
+    row = table.get(speed_key(job.user, job.name)) or {}
+    pooled = table.get(ALL) or {}
+    out = {}
+    for model in models:
+        for source in (declared, row, pooled):
+            speed = source.get(model)
+            if speed is not None and speed > 0:
+                out[model] = float(speed)
+                break
+        else:
+            out[model] = 1.0
+    return out
+
+
+def preference(speeds: Mapping[str, float]) -> Preference | None:
+    """Models best first with the speed relative to the best; None when all are equal."""
+    best = max(speeds.values())
+    if min(speeds.values()) == best:
+        return None
+    ranked = sorted(speeds.items(), key=lambda item: (-item[1], item[0]))
+    return tuple((model, speed / best) for model, speed in ranked)
+
+
+def _need(job: PendingJob) -> float:
+    return float(job.gpus) if job.gpus else job.gpu_equivalent
+
+
+def plan_round(snapshot: Snapshot, ordered: list[PendingJob]) -> dict[int, Preference]:
+    """Each job of the round (the head of `ordered` that the free GPUs could hold) with its
+    models in the order to try: the one the round assigns it first. Empty when the fleet has
+    one model or no job of the round prefers one."""
+    free: dict[str, int] = {}
+    for node in snapshot.nodes:
+        if node.schedulable:
+            for gpu in node.gpus:
+                free.setdefault(gpu.model, 0)
+                if gpu.is_whole_free:
+                    free[gpu.model] += 1
+    models = tuple(sorted(free))
+    total = sum(free.values())
+    if len(models) < 2 or total == 0:
+        return {}
+    table = snapshot.gpu_speeds
+    head: list[tuple[PendingJob, Preference]] = []
+    uniform = tuple((m, 1.0) for m in models)
+    need = 0.0
+    any_prefers = False
+    for job in ordered:
+        if need >= total or len(head) >= MAX_ROUND:
+            break
+        if job.gpu_model is not None:
+            continue
+        pref = preference(job_speeds(job, table, models))
+        any_prefers = any_prefers or pref is not None
+        head.append((job, pref or uniform))
+        need += _need(job)
+    if not any_prefers:
+        return {}
+
+    left = dict(free)
+    out: dict[int, Preference] = {}
+    waiting = list(range(len(head)))
+    while waiting:
+        # Vogel's rule: the job that loses most (relative to its best) if it does not get
+        # its best model among those with room left chooses next; ties in queue order.
+        pick, pick_key, pick_model = waiting[0], (math.inf, 0), None
+        for i in waiting:
+            job, pref = head[i]
+            want = _need(job)
+            room = [(model, speed) for model, speed in pref if left[model] >= want]
+            if not room:
+                key: tuple[float, int] = (1.0, i)
+            else:
+                regret = room[0][1] - (room[1][1] if len(room) > 1 else 0.0)
+                key = (-regret, i)
+            if key < pick_key:
+                pick, pick_key, pick_model = i, key, room[0][0] if room else None
+        waiting.remove(pick)
+        job, pref = head[pick]
+        if pick_model is None:
+            out[job.id] = pref
+            continue
+        left[pick_model] -= int(math.ceil(_need(job)))
+        out[job.id] = (
+            (pick_model, dict(pref)[pick_model]),
+            *(p for p in pref if p[0] != pick_model),
+        )
+    return out
+
+
+class _GavelCycle(Cycle):
+    """A cycle that tries each job on its models in the order given before the plain best fit."""
+
+    def __init__(
+        self,
+        snapshot: Snapshot,
+        policy: str,
+        *,
+        planned: dict[int, Preference],
+        min_speed: float,
+        **flags: Any,
+    ) -> None:
+        super().__init__(snapshot, policy, **flags)
+        self.planned = planned
+        self.min_speed = min_speed
+        self.models = tuple(sorted({g.model for n in snapshot.nodes for g in n.gpus}))
+        self.pinned = 0
+
+    def _preference(self, job: PendingJob) -> Preference | None:
+        if job.gpu_model is not None or len(self.models) < 2:
+            return None
+        pref = self.planned.get(job.id)
+        if pref is None:
+            pref = preference(job_speeds(job, self.snapshot.gpu_speeds, self.models))
+        return pref
+
+    def consider(self, job: PendingJob) -> bool:
+        if job.id in self._seen:
+            return False
+        pref = self._preference(job)
+        if pref is None:
+            return super().consider(job)
+        allowed = [model for model, speed in pref if speed >= self.min_speed] or [pref[0][0]]
+        gang = job.gpus_per_node and job.gpus > job.gpus_per_node
+        for model in allowed:
+            pinned = replace(job, gpu_model=model)
+            fits = self.cap.best_fit_members(pinned) if gang else self.cap.best_fit(pinned)
+            if fits is not None:
+                self.pinned += 1
+                return super().consider(pinned)
+        if len(allowed) < len(pref):
+            # Too slow anywhere else: it waits (or preempts) for a model it runs well on.
+            return super().consider(replace(job, gpu_model=allowed[0]))
+        return super().consider(job)
+
+
+class GavelPolicy(LasPolicy):
+    """`las` order and preemption; placement by each job's speed per GPU model (see the
+    module). Settings: those of `las`, and "gavel_min_speed" (0..1, default 0.25)."""
+
+    name = "gavel"
+
+    def __init__(self, min_speed: float | None = None, **params: Any) -> None:
+        super().__init__(**params)
+        self.min_speed = min_speed
+
+    def schedule(self, snapshot: Snapshot) -> Plan:
+        # The victim rule is las's (scheduler/policies/las.py), with the cycle that places
+        # by speed.
+        bounds = self._thresholds(snapshot)
+        now = snapshot.now
+        min_speed = self.min_speed
+        if min_speed is None:
+            value = snapshot.settings.get("gavel_min_speed")
+            min_speed = DEFAULT_MIN_SPEED if value is None else float(value)
+
+        def running_queue(job: RunningJob) -> int:
+            attained = job.attained_service + max(now - job.started_at, 0.0) * job.gpu_equivalent
+            return bisect_right(bounds, attained)
+
+        queue_of = {r.id: running_queue(r) for r in snapshot.running}
+
+        def pending_queue(job: PendingJob) -> int:
+            return bisect_right(bounds, job.attained_service)
+
+        costs = PreemptionCost.from_settings(snapshot.settings)
+        check_gain = bool(snapshot.settings.get("preemption_gain_check", True))
+        atoms = tuple(sorted(snapshot.service_distribution))
+        victim_left: dict[int, float] = {}
+
+        def victim_rule(job: PendingJob, victim: RunningJob) -> str | None:
+            if queue_of[victim.id] <= pending_queue(job):
+                return None
+            why = (
+                f"least attained service: it is in queue {queue_of[victim.id] + 1}, "
+                f"job {job.id} in queue {pending_queue(job) + 1}"
+            )
+            if not check_gain:
+                return why
+            theirs = victim_left.get(victim.id)
+            if theirs is None:
+                ran = max(now - victim.started_at, 0.0) * victim.gpu_equivalent
+                theirs = victim_left[victim.id] = mean_residual(
+                    atoms, victim.attained_service + ran
+                )
+            pays = costs.pays(mean_residual(atoms, job.attained_service), theirs, victim, now)
+            return None if pays is None else f"{why}; {pays}"
+
+        ordered = self.order(snapshot)
+        planned = plan_round(snapshot, ordered)
+        preempt = bool(snapshot.settings.get("las_preemption", True))
+        cycle = _GavelCycle(
+            snapshot,
+            self.name,
+            planned=planned,
+            min_speed=min_speed,
+            preempt=True,
+            victim_rule=victim_rule if preempt else None,
+            rule_key=(lambda j: (pending_queue(j), j.attained_service))
+            if check_gain
+            else pending_queue,
+        )
+        cycle.consider_all(ordered)
+        notes = (
+            (f"gavel: {len(planned)} jobs in the round assigned to GPU models",) if planned else ()
+        )
+        return cycle.plan(notes)
