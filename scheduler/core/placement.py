@@ -665,6 +665,10 @@ class FreeCapacity:
         n = self._by_name[node]
         return tuple(sorted(n.gpus[p].index for ps in n.whole.values() for p in ps))
 
+    def whole_free_count(self, node: str) -> int:
+        """How many GPUs of a node are wholly free (0 if it is not schedulable)."""
+        return sum(len(ps) for ps in self._by_name[node].whole.values())
+
     def node_names(self) -> list[str]:
         return [n.name for n in self._nodes]
 

@@ -12,7 +12,11 @@ until enough distinct nodes each hold a member.
 
 from __future__ import annotations
 
+import heapq
+import itertools
 import math
+from bisect import bisect_left, insort
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -72,6 +76,219 @@ def running_occupants(running: tuple[RunningJob, ...], *, use_predictions: bool)
             hit = _OCCUPANTS[key] = (r, occupants_of(r, r.allocations, end))
         out.extend(hit[1])
     return out
+
+
+class ReleaseTimeline:
+    """When each busy GPU of the running jobs is given back, kept across cycles.
+
+    Per GPU: the last end of its occupants, how many whole-GPU jobs hold it and what its
+    fractions give back; and every GPU's (end, node, index) in one sorted list. `sync`
+    brings it up to a new snapshot's running jobs by identity: a driver that carries its
+    (frozen) RunningJob objects over (the simulator) pays for the jobs that started or
+    ended, one that builds new objects every cycle (production) rebuilds it. A job is
+    never trusted by id alone: an entry counts only while it is the very same object.
+    """
+
+    def __init__(self, use_predictions: bool) -> None:
+        self.use_predictions = use_predictions
+        self._jobs: dict[int, RunningJob] = {}
+        # Per GPU: [last end, whole-GPU holders, fraction memory, fraction compute, ends].
+        self._gpus: dict[tuple[str, int], list[Any]] = {}
+        self._sorted: list[tuple[float, str, int]] = []
+        self._exact = True  # False: the last sync could not be diffed; start over
+        self.rebuilds = 0  # syncs that found none of the jobs it held (for tests, benches)
+
+    def sync(self, running: tuple[RunningJob, ...]) -> None:
+        now_jobs = {id(r): r for r in running}
+        if len(now_jobs) != len(running) or not self._exact:
+            self._jobs, self._gpus, self._sorted = {}, {}, []
+        jobs = self._jobs
+        if jobs and not any(now_jobs.get(k) is r for k, r in jobs.items()):
+            # None of them is left (production builds new objects every cycle): start over.
+            self.rebuilds += 1
+            self._gpus, self._sorted = {}, []
+            jobs = self._jobs = {}
+        touched: dict[tuple[str, int], tuple[float, str, int] | None] = {}
+        if len(now_jobs) != len(running):
+            # The same object twice: it counts twice, as in a plain fold; the next sync
+            # starts over.
+            for r in running:
+                self._apply(r, 1, touched)
+            self._exact = False
+        else:
+            for k, r in jobs.items():
+                if now_jobs.get(k) is not r:
+                    self._apply(r, -1, touched)
+            for k, r in now_jobs.items():
+                if jobs.get(k) is not r:
+                    self._apply(r, 1, touched)
+            self._jobs = now_jobs
+            self._exact = True
+        self._resort(touched)
+
+    def _apply(self, r: RunningJob, sign: int, touched: dict[tuple[str, int], Any]) -> None:
+        end = r.expected_end if self.use_predictions else r.limit_end
+        gpus = self._gpus
+        for member in r.allocations:
+            for idx in member.gpu_indices:
+                where = (member.node, idx)
+                entry = gpus.get(where)
+                if where not in touched:
+                    touched[where] = None if entry is None else (entry[0], where[0], idx)
+                if entry is None:
+                    entry = gpus[where] = [-math.inf, 0, 0, 0, []]
+                ends: list[float] = entry[4]
+                if sign > 0:
+                    ends.append(end)
+                    if end > entry[0]:
+                        entry[0] = end
+                else:
+                    ends.remove(end)
+                    entry[0] = max(ends, default=-math.inf)
+                if r.gpus:
+                    entry[1] += sign
+                else:
+                    entry[2] += sign * (r.gpu_memory_mb or 0)
+                    entry[3] += sign * (r.gpu_compute_percent or 0)
+                if not ends:
+                    del gpus[where]
+
+    def _resort(self, touched: dict[tuple[str, int], tuple[float, str, int] | None]) -> None:
+        ordered = self._sorted
+        if len(touched) * 8 > len(ordered):
+            self._sorted = sorted((e[0], n, i) for (n, i), e in self._gpus.items())
+            return
+        for where, old in touched.items():
+            if old is not None:
+                del ordered[bisect_left(ordered, old)]
+            entry = self._gpus.get(where)
+            if entry is not None:
+                insort(ordered, (entry[0], where[0], where[1]))
+
+    @staticmethod
+    def handles(job: Any, cap: FreeCapacity) -> bool:
+        """Whether `earliest_start` answers for this job (else use the plain function)."""
+        return bool(job.gpus) and node_count(job) == 1 and not _host_bound(job, cap)
+
+    def earliest_start(
+        self, job: Any, cap: FreeCapacity, placed: list[Occupant], now: float
+    ) -> tuple[str, float, tuple[int, ...]] | None:
+        """What `earliest_start(job, cap, running occupants + placed, now)` gives, for a
+        one-node job of whole GPUs that host CPUs and memory do not bind (`handles`);
+        looks only at the releases until the job fits."""
+        kind_ok: dict[tuple[str, int], bool] = {}
+
+        def eligible(node: str, gpu: Any) -> bool:
+            key = (gpu.model, gpu.memory_mb)
+            ok = kind_ok.get(key)
+            if ok is None:
+                ok = kind_ok[key] = cap.eligible(job, node, gpu)
+            return ok
+
+        ready: dict[tuple[str, str, int], list[int]] = {}
+        filled: set[str] = set()
+
+        def fill(node: str) -> None:
+            filled.add(node)
+            free_now = cap.whole_free(node) if cap.is_schedulable(node) else ()
+            if not free_now:
+                return
+            for gpu in cap.node_gpus(node):
+                if gpu.index in free_now and eligible(node, gpu):
+                    ready.setdefault((node, gpu.model, gpu.memory_mb), []).append(gpu.index)
+
+        # Free now: only a node with that many wholly free GPUs can hold the job at once
+        # (the others are filled when a release reaches them, in the same order).
+        need = job.gpus
+        for node in cap.node_names():
+            if cap.whole_free_count(node) >= need:
+                fill(node)
+                for key, indices in ready.items():
+                    if key[0] == node and len(indices) >= need:
+                        return node, now, tuple(indices[:need])
+        # GPUs the jobs placed in this cycle touch: their totals with those jobs added.
+        extra: dict[tuple[str, int], list[Any]] = {}
+        for occ in placed:
+            for idx in occ.gpu_indices:
+                where = (occ.node, idx)
+                entry = extra.get(where)
+                if entry is None:
+                    base = self._gpus.get(where)
+                    entry = extra[where] = [-math.inf, 0, 0, 0] if base is None else base[:4]
+                if occ.end > entry[0]:
+                    entry[0] = occ.end
+                if occ.gpus:
+                    entry[1] += 1
+                else:
+                    entry[2] += occ.gpu_memory_mb or 0
+                    entry[3] += occ.gpu_compute_percent or 0
+        gpus = self._gpus
+        gpus_of: dict[str, dict[int, Any]] = {}
+        for when, node, idx in self._releases(extra, now):
+            where = (node, idx)
+            totals = extra.get(where) or gpus[where]
+            by_index = gpus_of.get(node)
+            if by_index is None:
+                by_index = gpus_of[node] = cap.gpus_by_index(node)
+            held = by_index.get(idx)
+            if held is None or not eligible(node, held):
+                continue
+            if not totals[1]:
+                mem, comp = cap.free_on(node, idx)
+                if not (comp + totals[3] >= FULL_COMPUTE and mem + totals[2] >= held.memory_mb):
+                    continue
+            if node not in filled:
+                fill(node)
+            indices = ready.setdefault((node, held.model, held.memory_mb), [])
+            indices.append(idx)
+            if len(indices) >= need:
+                return node, when, tuple(sorted(indices[:need]))
+        return None
+
+    def _releases(
+        self, extra: dict[tuple[str, int], list[Any]], now: float
+    ) -> Iterator[tuple[float, str, int]]:
+        """(max(now, end), node, index) of every busy GPU in order, as `_gang_sweep` sorts
+        them: the sorted running list with the GPUs of this cycle's placements replaced."""
+        ordered = self._sorted
+        changed = sorted((e[0], n, i) for (n, i), e in extra.items())
+        cut = bisect_left(ordered, (now,))
+        overdue = [(now, n, i) for _, n, i in ordered[:cut] if (n, i) not in extra]
+        overdue += [(now, n, i) for e, n, i in changed if e < now]
+        overdue.sort()
+        later = (t for t in itertools.islice(ordered, cut, None) if (t[1], t[2]) not in extra)
+        yield from heapq.merge(overdue, later, (t for t in changed if t[0] >= now))
+
+
+_TIMELINES: dict[bool, ReleaseTimeline] = {}
+
+
+def earliest_start_running(
+    job: Any,
+    cap: FreeCapacity,
+    running: tuple[RunningJob, ...],
+    placed: list[Occupant],
+    now: float,
+    *,
+    use_predictions: bool,
+    incremental: bool = True,
+) -> tuple[str, float, tuple[int, ...]] | None:
+    """`earliest_start` over the running jobs' occupants and this cycle's placements; with
+    `incremental`, through the release timeline carried across cycles where it answers."""
+    if incremental and ReleaseTimeline.handles(job, cap):
+        timeline = release_timeline(running, use_predictions=use_predictions)
+        return timeline.earliest_start(job, cap, placed, now)
+    occupants = running_occupants(running, use_predictions=use_predictions)
+    return earliest_start(job, cap, occupants + placed, now)
+
+
+def release_timeline(running: tuple[RunningJob, ...], *, use_predictions: bool) -> ReleaseTimeline:
+    """The release timeline of these running jobs, carried over from the last call."""
+    timeline = _TIMELINES.get(use_predictions)
+    if timeline is None:
+        timeline = _TIMELINES[use_predictions] = ReleaseTimeline(use_predictions)
+    timeline.sync(running)
+    return timeline
 
 
 def earliest_start(

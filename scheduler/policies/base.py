@@ -39,8 +39,8 @@ from scheduler.core.placement import Choice, FreeCapacity, Members
 from scheduler.core.preemption import PreemptionCost, choose_victims, qos_rank
 from scheduler.core.quota import QuotaLedger
 from scheduler.core.reservation import (
-    earliest_start,
     earliest_start_members,
+    earliest_start_running,
     occupant_of,
     occupants_of,
     running_occupants,
@@ -299,17 +299,25 @@ class Cycle:
 
     def reserve(self, job: PendingJob) -> Reserve | None:
         """Reserve the earliest start for the job (EASY's shadow time), holding its GPUs."""
-        occupants = running_occupants(
-            self.snapshot.running, use_predictions=self.reserve_with_predictions
-        )
         members: Members
         if job.gpus_per_node and job.gpus > job.gpus_per_node:
+            occupants = running_occupants(
+                self.snapshot.running, use_predictions=self.reserve_with_predictions
+            )
             spread = earliest_start_members(job, self.cap, occupants + self._placed, self.now)
             if spread is None:
                 return None
             start, members = spread
         else:
-            found = earliest_start(job, self.cap, occupants + self._placed, self.now)
+            found = earliest_start_running(
+                job,
+                self.cap,
+                self.snapshot.running,
+                self._placed,
+                self.now,
+                use_predictions=self.reserve_with_predictions,
+                incremental=self.fast,
+            )
             if found is None:
                 return None
             node, start, indices = found

@@ -23,7 +23,7 @@ priority_reservation True, priority_reservation_after 0.
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -51,9 +51,14 @@ def setting(settings: Mapping[str, Any], key: str) -> Any:
     return DEFAULTS[key] if value is None else value
 
 
-def fairshare_factors(snapshot: Snapshot) -> dict[str, float]:
-    """2 ** (-usage share / weight share) per team known to the snapshot or the queue."""
-    teams = set(snapshot.teams) | {j.team for j in snapshot.pending}
+def fairshare_factors(
+    snapshot: Snapshot, queue_teams: Iterable[str] | None = None
+) -> dict[str, float]:
+    """2 ** (-usage share / weight share) per team known to the snapshot or the queue
+    (`queue_teams`: the teams of the pending jobs, when the caller knows them already).
+    Totals are summed in team order, so they depend on the teams, not on set order."""
+    queued = {j.team for j in snapshot.pending} if queue_teams is None else queue_teams
+    teams = sorted(set(snapshot.teams).union(queued))
     usage = {t: (snapshot.teams[t].decayed_usage if t in snapshot.teams else 0.0) for t in teams}
     weight = {
         t: (snapshot.teams[t].fairshare_weight if t in snapshot.teams else 1.0) for t in teams
@@ -107,30 +112,56 @@ def priority_scores(snapshot: Snapshot) -> dict[int, float]:
     return scores
 
 
+class _Weights:
+    """What a snapshot's settings, teams and fleet make of the score's per-job terms."""
+
+    def __init__(self, snapshot: Snapshot, queue_teams: Iterable[str] | None = None) -> None:
+        s = snapshot.settings
+        self.w_age = float(setting(s, "priority_weight_age"))
+        w_fs = float(setting(s, "priority_weight_fairshare"))
+        w_team = float(setting(s, "priority_weight_team"))
+        w_qos = float(setting(s, "priority_weight_qos"))
+        self.w_size = float(setting(s, "priority_weight_size"))
+        self.w_job = float(setting(s, "priority_weight_job"))
+        self.max_age = max(float(setting(s, "priority_max_age")), 1.0)
+        self.favor_small = bool(setting(s, "priority_favor_small"))
+        ranks = s.get("qos_ranks") or QOS_RANKS_DEFAULT
+        top_rank = max(max(ranks.values()), 1)
+        team_weights = {t: ts.priority_weight for t, ts in snapshot.teams.items()}
+        top_team = max([1e-9, *team_weights.values()])
+        self.largest_node = max([1, *(len(nd.gpus) for nd in snapshot.nodes)])
+        self.team_part = {
+            t: w_fs * fs + w_team * team_weights.get(t, 1.0) / top_team
+            for t, fs in fairshare_factors(snapshot, queue_teams).items()
+        }
+        self.qos_part = {q: w_qos * r / top_rank for q, r in ranks.items()}
+        self.qos_default = w_qos * ranks.get("normal", 0) / top_rank
+
+    def scores(
+        self,
+        now: float,
+        submitted: np.ndarray,
+        gpus: np.ndarray,
+        compute: np.ndarray,
+        teams: np.ndarray,
+        qos: np.ndarray,
+        nice: np.ndarray,
+    ) -> np.ndarray:
+        age = np.minimum(np.maximum(now - submitted, 0.0), self.max_age) / self.max_age
+        equivalent = np.where(gpus > 0, gpus, compute / FULL_COMPUTE)
+        size = np.minimum(equivalent / self.largest_node, 1.0)
+        if self.favor_small:
+            size = 1.0 - size
+        return self.w_age * age + teams + qos + self.w_size * size + self.w_job * nice
+
+
 def priority_score_array(snapshot: Snapshot) -> np.ndarray:
     """`priority_scores` as an array aligned with `snapshot.pending`, computed with numpy in
     the same order of float operations, so every score is bit-for-bit the same."""
-    s = snapshot.settings
     pending = snapshot.pending
     n = len(pending)
-    w_age = float(setting(s, "priority_weight_age"))
-    w_fs = float(setting(s, "priority_weight_fairshare"))
-    w_team = float(setting(s, "priority_weight_team"))
-    w_qos = float(setting(s, "priority_weight_qos"))
-    w_size = float(setting(s, "priority_weight_size"))
-    w_job = float(setting(s, "priority_weight_job"))
-    max_age = max(float(setting(s, "priority_max_age")), 1.0)
-    ranks = s.get("qos_ranks") or QOS_RANKS_DEFAULT
-    top_rank = max(max(ranks.values()), 1)
-    team_weights = {t: ts.priority_weight for t, ts in snapshot.teams.items()}
-    top_team = max([1e-9, *team_weights.values()])
-    largest_node = max([1, *(len(nd.gpus) for nd in snapshot.nodes)])
-    team_part = {
-        t: w_fs * fs + w_team * team_weights.get(t, 1.0) / top_team
-        for t, fs in fairshare_factors(snapshot).items()
-    }
-    qos_part = {q: w_qos * r / top_rank for q, r in ranks.items()}
-    qos_default = w_qos * ranks.get("normal", 0) / top_rank
+    weights = _Weights(snapshot)
+    team_part, qos_part, qos_default = weights.team_part, weights.qos_part, weights.qos_default
     rows = np.array(
         [
             (
@@ -146,12 +177,125 @@ def priority_score_array(snapshot: Snapshot) -> np.ndarray:
         float,
     ).reshape(n, 6)
     submitted, gpus, compute, teams, qos, nice = rows.T
-    age = np.minimum(np.maximum(snapshot.now - submitted, 0.0), max_age) / max_age
-    equivalent = np.where(gpus > 0, gpus, compute / FULL_COMPUTE)
-    size = np.minimum(equivalent / largest_node, 1.0)
-    if bool(setting(s, "priority_favor_small")):
-        size = 1.0 - size
-    return w_age * age + teams + qos + w_size * size + w_job * nice
+    return weights.scores(snapshot.now, submitted, gpus, compute, teams, qos, nice)
+
+
+class _QueueRows:
+    """The score inputs of pending jobs, kept across cycles by job object.
+
+    A driver that carries its (frozen) PendingJob objects over between snapshots (the
+    simulator) adds the rows of new jobs and drops those of jobs gone; the rest are read
+    from arrays. Only the very same object reuses a row (an id alone never does); a queue
+    that lists one job twice, or two jobs with one id, is left to the plain path.
+    """
+
+    def __init__(self) -> None:
+        self.builds = 0  # syncs that kept no row (for tests and benches)
+        self._reset()
+
+    def _reset(self) -> None:
+        self.slot: dict[int, int] = {}  # id(job) -> row
+        self.jobs: list[PendingJob | None] = []
+        self.job_ids: set[int] = set()
+        self.cols = np.zeros((6, 0))  # submitted, gpus, compute, id, nice, team/qos key
+        self.live = np.zeros(0, bool)
+        self.keys: dict[tuple[str, str], int] = {}  # (team, qos) -> key
+        self.key_list: list[tuple[str, str]] = []
+        self.key_count: list[int] = []
+
+    def sync(self, pending: tuple[PendingJob, ...]) -> bool:
+        """Bring the rows up to this queue; False when the plain path must answer."""
+        now = dict(zip(map(id, pending), pending, strict=True))
+        if len(now) != len(pending):
+            return False
+        slot, jobs = self.slot, self.jobs
+        gone = [k for k in slot.keys() - now.keys()]
+        if len(gone) == len(slot) and slot:
+            # None of them is left (production builds new objects every cycle).
+            self._reset()
+            slot, jobs, gone = self.slot, self.jobs, []
+        if not slot:
+            self.builds += 1
+        for k in gone:
+            row = slot.pop(k)
+            job = jobs[row]
+            assert job is not None
+            jobs[row] = None
+            self.job_ids.discard(job.id)
+            self.live[row] = False
+            self.key_count[int(self.cols[5, row])] -= 1
+        added = [now[k] for k in now.keys() - slot.keys()]
+        for job in added:
+            if job.id in self.job_ids:
+                self._reset()
+                return False
+            self.job_ids.add(job.id)
+        if not added:
+            return True
+        if len(jobs) + len(added) > self.cols.shape[1]:
+            self._grow(len(added))
+            slot, jobs = self.slot, self.jobs
+        start = len(jobs)
+        slot.update(zip(map(id, added), range(start, start + len(added)), strict=True))
+        jobs.extend(added)
+        keys, key_list, key_count = self.keys, self.key_list, self.key_count
+        for job in added:
+            key = keys.get((job.team, job.qos))
+            if key is None:
+                key = keys[(job.team, job.qos)] = len(key_list)
+                key_list.append((job.team, job.qos))
+                key_count.append(0)
+            key_count[key] += 1
+        block = np.array(
+            [
+                (
+                    j.submitted_at,
+                    j.gpus,
+                    j.gpu_compute_percent or 0,
+                    j.id,
+                    j.priority,
+                    keys[(j.team, j.qos)],
+                )
+                for j in added
+            ],
+            float,
+        ).reshape(len(added), 6)
+        self.cols[:, start : start + len(added)] = block.T
+        self.live[start : start + len(added)] = True
+        return True
+
+    def _grow(self, more: int) -> None:
+        """Room for `more` rows, dropping the rows of jobs gone."""
+        rows = np.flatnonzero(self.live)
+        jobs = [self.jobs[r] for r in rows.tolist()]
+        size = max(64, 2 * (len(jobs) + more))
+        cols = np.zeros((6, size))
+        cols[:, : len(jobs)] = self.cols[:, rows]
+        self.cols, self.jobs = cols, jobs
+        self.live = np.zeros(size, bool)
+        self.live[: len(jobs)] = True
+        self.slot = {id(j): r for r, j in enumerate(jobs)}
+
+    def order(self, snapshot: Snapshot) -> list[PendingJob]:
+        queued = {t for (t, _), c in zip(self.key_list, self.key_count, strict=True) if c}
+        weights = _Weights(snapshot, queued)
+        team_part, qos_part = weights.team_part, weights.qos_part
+        team_of_key = np.array([team_part.get(t, 0.0) for t, _ in self.key_list] or [0.0])
+        qos_of_key = np.array(
+            [qos_part.get(q, weights.qos_default) for _, q in self.key_list] or [0.0]
+        )
+        rows = np.flatnonzero(self.live)
+        submitted, gpus, compute, ids, nice, keys = self.cols[:, rows]
+        key = keys.astype(np.int64)
+        scores = weights.scores(
+            snapshot.now, submitted, gpus, compute, team_of_key[key], qos_of_key[key], nice
+        )
+        ranked = rows[np.lexsort((ids, submitted, -scores))]
+        jobs = self.jobs
+        return [jobs[r] for r in ranked.tolist()]  # type: ignore[misc]
+
+
+_ROWS = _QueueRows()
 
 
 def priority_order(snapshot: Snapshot) -> list[PendingJob]:
@@ -160,6 +304,8 @@ def priority_order(snapshot: Snapshot) -> list[PendingJob]:
     if not snapshot.settings.get("fast_paths", True):
         scores = priority_scores(snapshot)
         return sorted(pending, key=lambda j: (-scores[j.id], j.submitted_at, j.id))
+    if _ROWS.sync(pending):
+        return _ROWS.order(snapshot)
     n = len(pending)
     ids = np.fromiter([j.id for j in pending], np.int64, n)
     submitted = np.fromiter([j.submitted_at for j in pending], float, n)

@@ -1,0 +1,90 @@
+"""The priority order kept across cycles is the order sorted from scratch.
+
+`priority_order` keeps the score inputs of the pending jobs it saw last and updates them by
+job object; whatever it saw before, its order must be the plain sort of the same queue
+(settings "fast_paths" false).
+"""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from types import MappingProxyType
+
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from scheduler.core.model import PendingJob, Snapshot
+from scheduler.policies import priority
+from scheduler.policies.priority import priority_order
+from tests.scheduler.policies.strategies import snapshots
+
+CHECKS = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+
+
+def _plain(snapshot: Snapshot) -> list[PendingJob]:
+    plain = replace(snapshot, settings=MappingProxyType({**snapshot.settings, "fast_paths": False}))
+    return priority_order(plain)
+
+
+def _check(snapshot: Snapshot) -> None:
+    assert priority_order(snapshot) == _plain(snapshot)
+
+
+@CHECKS
+@given(
+    first=snapshots(max_nodes=3, max_pending=20),
+    keep=st.lists(st.booleans(), min_size=20, max_size=20),
+    later=st.sampled_from([0.0, 60.0, 86_400.0, 10 * 86_400.0]),
+    usage=st.floats(0, 1e7),
+)
+def test_order_across_cycles_is_the_plain_order(
+    first: Snapshot, keep: list[bool], later: float, usage: float
+) -> None:
+    _check(first)
+    # Next cycle: some jobs started (gone), one came back as a new object with the same id
+    # and another priority, a new team queued, the clock and a team's usage moved.
+    pending = [j for i, j in enumerate(first.pending) if keep[i]]
+    if pending:
+        pending[0] = replace(pending[0], priority=pending[0].priority + 3)
+    pending.append(PendingJob(99_999, "newteam", "ada", first.now - 5.0, 600.0, qos="high"))
+    teams = dict(first.teams)
+    slug = next(iter(teams))
+    teams[slug] = replace(teams[slug], decayed_usage=usage)
+    second = replace(
+        first,
+        pending=tuple(pending),
+        now=first.now + later,
+        teams=MappingProxyType(teams),
+    )
+    _check(second)
+    _check(first)
+
+
+@CHECKS
+@given(snapshot=snapshots(max_nodes=2, max_pending=10))
+def test_a_queue_with_a_job_twice(snapshot: Snapshot) -> None:
+    _check(snapshot)
+    if not snapshot.pending:
+        return
+    _check(replace(snapshot, pending=(*snapshot.pending, snapshot.pending[0])))
+    _check(snapshot)
+
+
+def test_an_id_twice_is_left_to_the_plain_path() -> None:
+    jobs = tuple(PendingJob(i, "t", "u", float(i), 60.0) for i in range(1, 4))
+    snapshot = Snapshot(now=100.0, nodes=(), pending=jobs)
+    assert priority._ROWS.sync(jobs)
+    twin = replace(jobs[0], priority=5)
+    assert not priority._ROWS.sync((*jobs, twin))
+    assert priority_order(snapshot) == _plain(snapshot)
+
+
+def test_rows_are_kept_for_the_same_objects() -> None:
+    jobs = tuple(PendingJob(i, "t", "u", float(i), 60.0) for i in range(1, 6))
+    snapshot = Snapshot(now=100.0, nodes=(), pending=jobs)
+    priority_order(snapshot)
+    builds = priority._ROWS.builds
+    priority_order(replace(snapshot, pending=jobs[1:], now=160.0))
+    assert priority._ROWS.builds == builds
+    priority_order(replace(snapshot, pending=tuple(replace(j) for j in jobs)))
+    assert priority._ROWS.builds == builds + 1
