@@ -1,5 +1,5 @@
 /* Policy advisor: follow a run's progress (GET /api/v1/advisor/runs/<id>/ every 2 s while
- * the tab is visible) and show the results page once it is done or has failed. */
+ * the tab is visible) and show the run's page (?run=<id>) once it is done or has failed. */
 (function () {
   "use strict";
   var box = document.querySelector("[data-advisor-run]");
@@ -15,7 +15,13 @@
       .then(function (r) { return r.ok ? r.json() : null; })
       .then(function (run) {
         if (!run) { status.textContent = "Progress is unavailable right now; retrying."; return; }
-        if (run.state === "done" || run.state === "failed") { window.location.reload(); return; }
+        if (run.state === "done" || run.state === "failed") {
+          // Load this run's page. Not reload(): where the page answers a POST (a start
+          // refused while this run was in progress), reloading sends the form again and
+          // starts another run.
+          window.location.replace(window.location.pathname + "?run=" + encodeURIComponent(run.id));
+          return;
+        }
         bar.max = Math.max(run.total, 1);
         bar.value = run.done;
         bar.textContent = run.done + " of " + run.total;
