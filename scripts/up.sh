@@ -121,6 +121,12 @@ cleanup() {
   done
   wait 2>/dev/null || true
   stop_jobs
+  # What they ran is gone: requeue it now (as for a lost node), so no job shows as running
+  # while nothing runs it; the agents' later reports of those attempts change nothing.
+  if [ "${#agents[@]}" -gt 0 ]; then
+    $BIN/python manage.py requeue_node_jobs --reason "make up was stopped" "${agents[@]}" \
+      2>>"$VAR/log/stop.log" || echo "could not requeue their jobs (see $VAR/log/stop.log)"
+  fi
 }
 trap cleanup INT TERM EXIT
 

@@ -8,6 +8,7 @@ import json
 import os
 import signal
 import socket
+import sqlite3
 import subprocess
 import time
 import urllib.request
@@ -159,4 +160,12 @@ def test_ready_only_when_agents_registered_and_ctrl_c_stops_jobs(stack: Any) -> 
     _wait_for(lambda: not _gone(everything), 15, "every process to stop")
     assert _gone(everything) == []
     assert _job_processes() == []
-    assert "stopping fleet" in out.read_text()
+    text = out.read_text()
+    assert "stopping fleet" in text
+    # What it ran is requeued at once, not left running until the next `make up`.
+    assert "requeued or failed 1 job(s) that ran on " in text and f": {job['id']}" in text, text
+    db = sqlite3.connect(out.parent / "var" / "fleet.sqlite3")
+    state, reason = db.execute(
+        "SELECT state, state_reason FROM fleet_job WHERE id = ?", (job["id"],)
+    ).fetchone()
+    assert state == "pending" and "make up was stopped; requeued" in reason, (state, reason)
