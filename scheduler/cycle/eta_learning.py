@@ -1,11 +1,12 @@
 """Learning the ETA band from this fleet's own outcomes (see scheduler.core.eta_band).
 
 The first forecast of every waiting job (when it was made and the start it named) is kept
-in Redis, one key per job, until the job starts or the forecast's horizon passes. Each
-forecast cycle marks the jobs still waiting past their band's end (a miss, counted at once)
-and, when a cycle starts a job, the pair (forecast wait, actual wait) joins a capped list of
-recent outcomes; each forecast cycle replays that list into a calibration and publishes its
-bounds in the cache, where pages and the API read them to show a band around an ETA.
+in Redis, a field per job in one hash, until the job starts or the forecast's horizon
+passes. Each forecast cycle marks the jobs still waiting past their band's end (a miss,
+counted at once) and, when a cycle starts a job, the pair (forecast wait, actual wait) joins
+a capped list of recent outcomes; each forecast cycle replays that list into a calibration
+and publishes its bounds in the cache, where pages and the API read them to show a band
+around an ETA.
 
 All of it is advisory: if Redis loses these keys, or cannot be reached, the band falls back
 to the default (and says it is not yet learned); a cycle never fails because of it.
@@ -27,7 +28,7 @@ from scheduler.cycle.lock import redis_client
 
 log = logging.getLogger(__name__)
 
-FIRST_KEY = "fleet:eta:first:{}"
+FIRST_KEY = "fleet:eta:first"  # hash: job id -> "made-at eta[ o]"
 OUTCOMES_KEY = "fleet:eta:outcomes"
 BAND_KEY = "fleet:eta:band"
 WINDOW = 500
@@ -36,45 +37,45 @@ KEEP = 2 * WINDOW
 OVERDUE = " o"  # suffix of a first-forecast value whose miss was counted
 
 
-def remember_forecasts(now: float, estimates: Mapping[int, Any], ttl_s: float) -> None:
-    """Keep the first forecast of each waiting job that has one (later ones do not replace
-    it: the band is about what a job's owner was told when it started waiting)."""
-    first = [(job_id, eta) for job_id, (_, eta, _) in estimates.items() if eta is not None]
-    if not first:
-        return
-    try:
-        pipe = _client().pipeline(transaction=False)
-        ttl = max(int(ttl_s), 60)
-        for job_id, eta in first:
-            pipe.set(FIRST_KEY.format(job_id), f"{now:.3f} {eta:.3f}", nx=True, ex=ttl)
-        pipe.execute()
-    except Exception:  # noqa: BLE001 - advisory: the cycle goes on without it
-        log.warning("could not keep ETA forecasts in Redis", exc_info=True)
+def follow_forecasts(
+    now: float, estimates: Mapping[int, Any], ttl_s: float, calibration: EtaCalibration
+) -> int:
+    """After a forecast: keep the first forecast of each waiting job that has one (later
+    ones do not replace it: the band is about what a job's owner was told when it started
+    waiting), count a miss for each waiting job now past the end of its first forecast's
+    band, and drop first forecasts older than `ttl_s`. Returns the misses found this time.
 
-
-def mark_overdue(now: float, waiting: Iterable[int], calibration: EtaCalibration) -> int:
-    """Count a miss for each waiting job now past the end of its first forecast's band;
-    returns how many were found this time."""
-    ids = list(waiting)
-    if not ids:
-        return 0
+    One read of every kept forecast and one write of what changed, whatever the queue's
+    length: a forecast over thousands of waiting jobs costs a few Redis round trips, not
+    one command per job."""
     try:
         client = _client()
-        keys = [FIRST_KEY.format(job_id) for job_id in ids]
-        marks = []
+        kept = {int(k): v.decode() for k, v in client.hgetall(FIRST_KEY).items()}
+        new: dict[str, str] = {}
+        for job_id, (_, eta, _) in estimates.items():
+            if eta is not None and job_id not in kept:
+                new[str(job_id)] = f"{now:.3f} {eta:.3f}"
+        marks, marked, expired = [], {}, []
+        horizon = max(float(ttl_s), 60.0)
+        for job_id, text in kept.items():
+            at, eta = (float(x) for x in text.removesuffix(OVERDUE).split())
+            if job_id in estimates and not text.endswith(OVERDUE):
+                if calibration.overdue(eta - at, now - at):
+                    marks.append(json.dumps([round(max(eta - at, 0.0), 1), None]))
+                    marked[str(job_id)] = text + OVERDUE
+            if now - at > horizon:  # counted above if it was a miss; then forgotten
+                expired.append(str(job_id))
+                marked.pop(str(job_id), None)
         pipe = client.pipeline(transaction=False)
-        for key, raw in zip(keys, client.mget(keys), strict=True):
-            if raw is None or raw.decode().endswith(OVERDUE):
-                continue
-            at, eta = (float(x) for x in raw.decode().split())
-            if calibration.overdue(eta - at, now - at):
-                marks.append(json.dumps([round(max(eta - at, 0.0), 1), None]))
-                pipe.set(key, raw.decode() + OVERDUE, xx=True, keepttl=True)
+        if new or marked:
+            pipe.hset(FIRST_KEY, mapping={**new, **marked})
+        if expired:
+            pipe.hdel(FIRST_KEY, *expired)
         pipe.execute()
         _append_outcomes(client, marks)
         return len(marks)
-    except Exception:  # noqa: BLE001 - advisory
-        log.warning("could not mark overdue ETA forecasts in Redis", exc_info=True)
+    except Exception:  # noqa: BLE001 - advisory: the cycle goes on without it
+        log.warning("could not keep ETA forecasts in Redis", exc_info=True)
         return 0
 
 
@@ -86,11 +87,12 @@ def learn_starts(now: float, started: Iterable[int]) -> int:
         return 0
     try:
         client = _client()
-        pipe = client.pipeline(transaction=False)
-        for job_id in ids:
-            pipe.getdel(FIRST_KEY.format(job_id))
+        fields = [str(job_id) for job_id in ids]
+        pipe = client.pipeline(transaction=True)  # read and drop together
+        pipe.hmget(FIRST_KEY, fields)
+        pipe.hdel(FIRST_KEY, *fields)
         pairs = []
-        for raw in pipe.execute():
+        for raw in pipe.execute()[0]:
             if raw is None:
                 continue
             text = raw.decode()

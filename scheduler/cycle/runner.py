@@ -22,10 +22,9 @@ from scheduler.core.eta import estimate
 from scheduler.core.model import Plan
 from scheduler.cycle.apply import Outcome, apply_plan, wait_rows, write_waits
 from scheduler.cycle.eta_learning import (
+    follow_forecasts,
     learn_starts,
-    mark_overdue,
     refresh_band,
-    remember_forecasts,
 )
 from scheduler.cycle.lock import cycle_lock
 from scheduler.cycle.snapshot import DbSnapshot, build_snapshot
@@ -173,8 +172,8 @@ def run_cycle_locked(*, now: datetime | None = None) -> CycleRecord:
         estimates = estimates_for(snap, policy, plan)
         placed = set(outcome.placed)
         waiting = {k: v for k, v in estimates.items() if k not in placed}
-        remember_forecasts(snap.core.now, waiting, float(snap.param("eta_horizon")))
-        mark_overdue(snap.core.now, waiting, refresh_band())
+        horizon = float(snap.param("eta_horizon"))
+        follow_forecasts(snap.core.now, waiting, horizon, refresh_band())
     else:
         estimates = plan_estimates(snap, plan)
     t4 = perf_counter()

@@ -85,7 +85,7 @@ def test_the_band_learns_from_jobs_that_started_and_the_job_page_shows_it(
     running = make_running(owner, team, node, [0], time_limit=3600)
     waiting = make_job(owner, team, time_limit=600)
     run_cycle()
-    at, eta = (float(x) for x in clean_eta_keys.get(f"fleet:eta:first:{waiting.pk}").split())
+    at, eta = (float(x) for x in clean_eta_keys.hget("fleet:eta:first", waiting.pk).split())
     assert eta - at == pytest.approx(3600, abs=5)
 
     page = Client()
@@ -98,7 +98,7 @@ def test_the_band_learns_from_jobs_that_started_and_the_job_page_shows_it(
     run_cycle()
     waiting.refresh_from_db()
     assert waiting.state == JobState.ASSIGNED
-    assert clean_eta_keys.get(f"fleet:eta:first:{waiting.pk}") is None
+    assert clean_eta_keys.hget("fleet:eta:first", waiting.pk) is None
     pairs = [json.loads(x) for x in clean_eta_keys.lrange(eta_learning.OUTCOMES_KEY, 0, -1)]
     assert len(pairs) == 1
     forecast_wait, actual_wait, judged = pairs[0]
@@ -116,12 +116,12 @@ def test_a_job_waiting_past_its_band_is_counted_a_miss_once(
     late = make_job(owner, team, time_limit=600)
     # Told three hours ago that it would start within 100 s: far past the default band.
     at = timezone.now().timestamp() - 3 * 3600
-    clean_eta_keys.set(f"fleet:eta:first:{late.pk}", f"{at:.3f} {at + 100:.3f}")
+    clean_eta_keys.hset("fleet:eta:first", late.pk, f"{at:.3f} {at + 100:.3f}")
     run_cycle()
     run_cycle()
     pairs = [json.loads(x) for x in clean_eta_keys.lrange(eta_learning.OUTCOMES_KEY, 0, -1)]
     assert pairs == [[100.0, None]]
-    assert clean_eta_keys.get(f"fleet:eta:first:{late.pk}").decode().endswith(" o")
+    assert clean_eta_keys.hget("fleet:eta:first", late.pk).decode().endswith(" o")
 
 
 def test_the_api_gives_the_band_with_the_eta_only_while_pending(
@@ -141,3 +141,29 @@ def test_the_api_gives_the_band_with_the_eta_only_while_pending(
     assert listed_low <= body["eta"] <= listed_high  # the band moves with the clock
     running = next(j for j in rows if j["state"] == "running")
     assert running["eta"] is None and running["eta_band"] is None
+
+
+def test_first_forecasts_are_kept_once_and_dropped_after_the_horizon(
+    clean_eta_keys: Any,
+) -> None:
+    calibration = eta_learning.EtaCalibration()
+    now = 1_000_000.0
+    first = {1: (None, now + 50, None), 2: (None, now + 80, None), 3: (None, None, None)}
+    assert eta_learning.follow_forecasts(now, first, 3600, calibration) == 0
+    kept = clean_eta_keys.hgetall("fleet:eta:first")
+    assert kept == {b"1": b"1000000.000 1000050.000", b"2": b"1000000.000 1000080.000"}
+
+    # A later forecast names other starts: the first ones stay; a new job is added.
+    later = {1: (None, now + 900, None), 2: (None, now + 900, None), 4: (None, now + 990, None)}
+    eta_learning.follow_forecasts(now + 30, later, 3600, calibration)
+    kept = clean_eta_keys.hgetall("fleet:eta:first")
+    assert kept[b"1"] == b"1000000.000 1000050.000"
+    assert kept[b"4"] == b"1000030.000 1000990.000"
+
+    # Past the horizon: job 2 (still waiting, far past its band) is counted a miss and
+    # forgotten; job 1 (no longer waiting) is forgotten without a miss.
+    misses = eta_learning.follow_forecasts(now + 3620, {2: later[2]}, 3600, calibration)
+    assert misses == 1
+    assert set(clean_eta_keys.hgetall("fleet:eta:first")) == {b"4"}
+    outcomes = [json.loads(x) for x in clean_eta_keys.lrange(eta_learning.OUTCOMES_KEY, 0, -1)]
+    assert outcomes == [[80.0, None]]
