@@ -83,10 +83,15 @@ class Watch:
         self.polled: list[tuple[str, int]] = []
         self.errors: list[str] = []
         self.dialogs: list[str] = []
+        self.polls = 0  # requests for the run's progress
+        page.on("request", self._request)
         page.on("response", self._response)
         page.on("pageerror", lambda error: self.errors.append(str(error)))
         page.on("console", self._console)
         page.on("dialog", self._dialog)
+
+    def _request(self, request: Any) -> None:
+        self.polls += "/api/v1/advisor/runs/" in request.url
 
     def _response(self, response: Any) -> None:
         if response.status >= 400 and "/advisor/" not in response.url:
@@ -106,6 +111,13 @@ class Watch:
     def _dialog(self, dialog: Any) -> None:
         self.dialogs.append(dialog.message)
         dialog.dismiss()
+
+
+# Sets document.visibilityState as a browser does when the tab is hidden or shown again.
+SHOW = """state => {
+    Object.defineProperty(document, "visibilityState", { value: state, configurable: true });
+    document.dispatchEvent(new Event("visibilitychange"));
+}"""
 
 
 def _start(page: Any, base: str, days: str = "3") -> str:
@@ -166,12 +178,25 @@ def test_a_second_start_while_a_run_is_in_progress_follows_that_run_to_its_resul
     page.get_by_role("button", name="Run the advisor").click()
     assert "is already in progress" in page.get_by_role("alert").inner_text()
     _wait_for_progress(page)  # the page refused the second run follows the first
+    # Polling pauses while the tab is hidden and starts again when it is shown.
+    page.evaluate(SHOW, "hidden")
+    polls = watch.polls
+    page.wait_for_timeout(4500)  # two polling intervals
+    assert watch.polls == polls
+    page.evaluate(SHOW, "visible")
 
     page.locator("table.advisor-table").wait_for(timeout=60_000)
 
+    assert watch.polls > polls
     assert page.url.endswith(f"/advisor/?run={first}")
     assert cache.get(runs.LATEST_KEY) == first  # no second run was started
     assert cache.get(runs.ACTIVE_KEY) is None
+    # Settings changed after the run started: its figures no longer hold, apply is refused.
+    config.settings_update(user=None, policy="sjf")
+    page.get_by_role("button", name="Apply fcfs (current weights)").click()
+    page.wait_for_url(f"**/advisor/?run={first}")
+    assert "Nothing was applied" in page.locator("body").inner_text()
+    assert config.settings_get().policy == "sjf"
     # The browser logs the refused start's 409 (the page's answer to it); nothing else.
     assert [e for e in watch.errors if "status of 409" not in e] == [], watch.errors
     assert len(watch.errors) == 1 and watch.dialogs == []
