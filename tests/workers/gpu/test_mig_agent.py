@@ -61,7 +61,7 @@ def test_a_job_asking_for_a_mig_model_runs_on_a_mig_device_of_a_real_agent(
     ], agent.output()
     assert node.gpu_backend == "nvml"
 
-    job = JobFactory(
+    job: Job = JobFactory(  # type: ignore[assignment]
         owner=owner,
         team=team,
         gpu_model="A100-80GB MIG 3g.40gb",
