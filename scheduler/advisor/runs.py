@@ -42,6 +42,9 @@ RUN_TIME_LIMIT = 3600
 # before the task's soft limit (an overrun is reported as that candidate's error).
 SIM_BUDGET = 45 * 60
 ACTIVE_TTL = RUN_TIME_LIMIT + 300
+# A run still queued this long after it was started is taken for lost (no control worker
+# was there to take it): the next start replaces it instead of waiting for ACTIVE_TTL.
+QUEUE_GRACE_S = 600
 METRICS = ("wait_avg", "wait_p95", "jct_avg", "utilization", "fairness_jain", "preemptions_per_job")
 # Which way is better per metric (the page highlights the best of each column).
 HIGHER_IS_BETTER = frozenset({"utilization", "fairness_jain"})
@@ -69,7 +72,9 @@ def advisor_run_start(*, user: Any, days: Any, now: datetime | None = None) -> d
     count = history.check_job_count(days=days, now=now)
     cluster = history.fleet_cluster()  # refuses a fleet without GPUs now, not in the worker
     run_id = secrets.token_hex(8)
-    if not cache.add(ACTIVE_KEY, run_id, timeout=ACTIVE_TTL):
+    if not cache.add(ACTIVE_KEY, run_id, timeout=ACTIVE_TTL) and not (
+        _drop_unstarted(now) and cache.add(ACTIVE_KEY, run_id, timeout=ACTIVE_TTL)
+    ):
         other = cache.get(ACTIVE_KEY)
         raise Conflict(
             f"An advisor run ({other}) is already in progress; one runs at a time. Wait for "
@@ -105,6 +110,29 @@ def advisor_run_start(*, user: Any, days: Any, now: datetime | None = None) -> d
         cache.delete(_key(run_id))
         raise
     return run
+
+
+def _drop_unstarted(now: datetime) -> bool:
+    """Free the one-run guard of a run no control worker took within QUEUE_GRACE_S (none
+    was running, or its message was lost): that run is marked failed, saying why. True
+    when the guard was freed."""
+    other = cache.get(ACTIVE_KEY)
+    if not isinstance(other, str):
+        return other is None
+    run = _load(other)
+    if run is not None:
+        waited = (now - datetime.fromisoformat(run["created_at"])).total_seconds()
+        if run["state"] != "queued" or waited < QUEUE_GRACE_S:
+            return False
+        run.update(
+            state="failed",
+            error=f"No control worker took this run within {QUEUE_GRACE_S // 60} minutes "
+            "(is the control worker running?); a new run was started in its place.",
+            finished_at=now.isoformat(),
+        )
+        _save(run)
+    _release(other)
+    return True
 
 
 def advisor_run_get(*, run_id: str) -> dict[str, Any]:

@@ -295,3 +295,24 @@ def test_page_shows_progress_while_the_run_waits(staff, history_jobs):
     assert "already in progress" in busy.content.decode()
     advisor_run.apply(kwargs={"run_id": run_id})
     assert "<progress" not in browser.get(location).content.decode()
+
+
+def test_a_run_no_worker_took_is_replaced_after_the_grace(staff_api, history_jobs):
+    from scheduler.advisor import runs
+
+    first = staff_api.post("/api/v1/advisor/runs/", {"days": 7}).json()
+    assert staff_api.post("/api/v1/advisor/runs/", {"days": 7}).status_code == 409
+    # No control worker takes it: ten minutes later, a new start replaces it.
+    queued = json.loads(cache.get(runs._key(first["id"])))
+    started = timezone.now() - timedelta(seconds=runs.QUEUE_GRACE_S + 1)
+    queued["created_at"] = started.isoformat()
+    cache.set(runs._key(first["id"]), json.dumps(queued))
+    second = staff_api.post("/api/v1/advisor/runs/", {"days": 7})
+    assert second.status_code == 202, second.json()
+    old = staff_api.get(f"/api/v1/advisor/runs/{first['id']}/").json()
+    assert old["state"] == "failed" and "No control worker took this run" in old["error"]
+    # The lost message arriving late changes nothing: the run is no longer queued.
+    from scheduler.tasks import advisor_run
+
+    assert advisor_run.apply(kwargs={"run_id": first["id"]}).get() is None
+    assert cache.get(runs.ACTIVE_KEY) == second.json()["id"]
