@@ -7,7 +7,7 @@ from django.db import models
 
 from fleet.models import Team
 
-DEFAULT_POLICY = "priority"
+DEFAULT_POLICY = "gittins-tiers"
 DEFAULT_TICK_SECONDS = 10
 
 

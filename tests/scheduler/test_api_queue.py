@@ -34,7 +34,11 @@ def test_queue_lists_waiting_jobs_in_the_policys_order(
     high = make_job(teammate, team, priority=90)
     middle = make_job(outsider, other_team, priority=10)
     # Only the job's own priority counts: the order is plain to check by hand.
-    settings_update(user=None, params={"priority_weight_fairshare": 0, "priority_weight_age": 0})
+    settings_update(
+        user=None,
+        policy="priority",
+        params={"priority_weight_fairshare": 0, "priority_weight_age": 0},
+    )
     run_cycle()
     body = owner_api.get(QUEUE).json()
     assert body["policy"] == "priority" and body["cycle_at"] is not None
@@ -97,7 +101,7 @@ def test_estimate_says_where_a_job_would_start_and_writes_nothing(
         "node": "sim-b",
         "estimated_start": body["estimated_start"],
         "reason": "would start now on sim-b",
-        "policy": "priority",
+        "policy": "gittins-tiers",
         "team": "vision",
     }
     assert _counts() == before and sent == []

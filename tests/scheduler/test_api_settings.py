@@ -19,7 +19,7 @@ def test_members_read_the_settings_and_strangers_are_refused(
     owner_api: Any, stranger_api: Any, anon_api: Any
 ) -> None:
     body = owner_api.get(URL).json()
-    assert body["policy"] == "priority" and body["tick_seconds"] == 10
+    assert body["policy"] == "gittins-tiers" and body["tick_seconds"] == 10
     assert body["policies"] == policy_names()
     assert body["known_params"]["fairshare_half_life"]["type"] == "number"
     assert body["known_params"]["priority_weight_age"]["default"] == 1000.0
@@ -32,7 +32,7 @@ def test_only_staff_may_change_them(owner_api: Any, team_admin_api: Any) -> None
         response = api.patch(URL, {"policy": "fcfs"}, format="json")
         assert response.status_code == 403
         assert response.json()["message"] == "Only staff may change the scheduler's settings."
-    assert SchedulerSettings.objects.get().policy == "priority"
+    assert SchedulerSettings.objects.get().policy == "gittins-tiers"
 
 
 def test_unknown_policy_is_refused_with_the_names(staff_api: Any) -> None:
@@ -70,7 +70,7 @@ def test_a_change_takes_effect_at_the_next_cycle_and_moves_the_tick(
     ensure_defaults()
     ensure_defaults()  # idempotent: one task, one row
     assert PeriodicTask.objects.filter(name=TICK_TASK_NAME).count() == 1
-    assert run_cycle().policy == "priority"  # type: ignore[union-attr]
+    assert run_cycle().policy == "gittins-tiers"  # type: ignore[union-attr]
     response = staff_api.patch(
         URL,
         {"policy": "fcfs", "params": {"fairshare_half_life": 7200, "preemption": False}, "tick_seconds": 30},

@@ -10,6 +10,7 @@ from fleet.models import Job, JobEvent, JobState, Node
 from fleet.services import messaging
 from fleet.services.job_states import Actor, job_transition
 from scheduler.cycle.apply import apply_plan, wait_rows, write_waits
+from scheduler.cycle.config import settings_get
 from scheduler.cycle.runner import estimates_for, plan_for, run_cycle
 from scheduler.cycle.snapshot import build_snapshot
 from scheduler.models import CycleRecord
@@ -22,9 +23,18 @@ def _starts(sent: list[Any]) -> list[dict[str, Any]]:
     return [kwargs for task, _, kwargs in sent if task == messaging.START_JOB_TASK]
 
 
+def _use_priority() -> None:
+    """The priority policy, which reserves GPUs for the first in line (the default policy,
+    gittins-tiers, does not reserve)."""
+    row = settings_get()
+    row.policy = "priority"
+    row.save()
+
+
 def test_places_on_free_gpus_of_up_nodes_only_with_events(
     owner: Any, team: Any, sent: list[Any], django_capture_on_commit_callbacks: Any
 ) -> None:
+    _use_priority()
     make_node("sim-a", 4)
     make_node("sim-b", 4, state="draining")
     make_node("sim-c", 4, state="down")
@@ -69,6 +79,7 @@ def test_a_gang_of_four_goes_to_one_node(owner: Any, team: Any, sent: list[Any])
 
 
 def test_fractional_jobs_share_a_gpu(owner: Any, team: Any, sent: list[Any]) -> None:
+    _use_priority()
     make_node("sim-a", 1)
     fractions = [
         make_job(owner, team, gpus=0, gpu_memory_mb=30000, gpu_compute_percent=40) for _ in range(3)
@@ -125,6 +136,7 @@ def test_a_placement_on_a_gpu_taken_or_a_node_drained_meanwhile_is_skipped(
 def test_waits_are_written_only_for_jobs_still_pending(
     owner: Any, team: Any, sent: list[Any]
 ) -> None:
+    _use_priority()
     make_running(owner, team, make_node("sim-a", 1), [0])
     waiting, held = make_job(owner, team), make_job(owner, team)
     snap = build_snapshot()
