@@ -33,6 +33,8 @@ from __future__ import annotations
 
 import importlib
 import logging
+import math
+import re
 import threading
 import time
 from collections.abc import Callable, Mapping
@@ -79,13 +81,17 @@ def _text(value: Any) -> str:
     return value.decode() if isinstance(value, bytes) else str(value)
 
 
+_MIG_NAME = re.compile(r"(?:^|\s)MIG\s+(\S+)")
+
+
 def mig_profile(name: str, attributes: Any, memory_total_mb: int) -> str:
     """The MIG device's profile as NVIDIA names it ("3g.40gb", "1c.3g.40gb"): from its NVML
-    name ("NVIDIA A100-SXM4-80GB MIG 3g.40gb"), else made from its slice counts and memory."""
-    _, sep, tail = name.partition(" MIG ")
-    if sep and tail.strip():
-        return tail.strip()
-    gb = max(1, round(memory_total_mb / 1024))
+    name ("NVIDIA A100-SXM4-80GB MIG 3g.40gb"), else made from its slice counts and memory
+    (NVIDIA's names round the memory up: a 3g.40gb device has 39.25 GiB)."""
+    named = _MIG_NAME.search(name)
+    if named:
+        return named.group(1)
+    gb = max(1, math.ceil(memory_total_mb / 1024))
     if attributes is None:
         return f"{gb}gb"
     gi, ci = int(attributes.gpuInstanceSliceCount), int(attributes.computeInstanceSliceCount)

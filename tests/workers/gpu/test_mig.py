@@ -217,7 +217,9 @@ def test_mig_profile_from_the_name_else_from_slices_and_memory():
 
     assert mig_profile("NVIDIA A100-SXM4-80GB MIG 1c.3g.40gb", None, 40192) == "1c.3g.40gb"
     assert mig_profile("NVIDIA A100-SXM4-40GB MIG 1g.5gb", None, 4864) == "1g.5gb"
-    assert mig_profile("MIG device", Attrs(), 20096) == "1c.3g.20gb"
+    assert mig_profile("MIG 2g.20gb", None, 19968) == "2g.20gb"
+    assert mig_profile("A MIG-less name", Attrs(), 20096) == "1c.3g.20gb"
+    assert mig_profile("A MIG-less name", None, 40192) == "40gb"
 
 
 def test_normalize_model_without_memory_reads_the_size_in_the_name():
