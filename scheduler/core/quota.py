@@ -48,7 +48,15 @@ class QuotaLedger:
             self.take(job)
 
     @classmethod
-    def from_snapshot(cls, snapshot: Snapshot) -> QuotaLedger:
+    def from_snapshot(cls, snapshot: Snapshot, *, carried: bool = False) -> QuotaLedger:
+        """The ledger of the snapshot's running jobs; with `carried`, from the totals kept
+        since the last call, updated by job object (the same numbers: see RunningTotals)."""
+        if carried:
+            totals = _RUNNING.sync(snapshot.running)
+            if totals is not None:
+                ledger = cls(snapshot.teams, ())
+                ledger.team_usage, ledger.user_usage, ledger.cpu_usage, ledger.memory_usage = totals
+                return ledger
         return cls(snapshot.teams, snapshot.running)
 
     def team(self, slug: str) -> TeamState:
@@ -148,3 +156,84 @@ class QuotaLedger:
         if state.hard_limit_gpus is not None:
             return f"team {team} uses {used} of its hard limit of {state.hard_limit_gpus} GPUs"
         return f"team {team} uses {used} GPUs"
+
+
+Totals = tuple[dict[str, float], dict[tuple[str, str], float], dict[str, int], dict[str, int]]
+
+
+class RunningTotals:
+    """What running jobs hold per team and per user, kept across cycles by job object.
+
+    `sync` adds the jobs new since the last call and takes off those gone, then hands out
+    copies. A sum of floats depends on the order of its terms unless every term is a whole
+    number: while some running job holds a fraction (compute share not a whole GPU), or
+    one object is listed twice, it answers None and the ledger is summed afresh.
+    """
+
+    def __init__(self) -> None:
+        self.rebuilds = 0  # syncs that kept no job (for tests and benches)
+        self._reset()
+
+    def _reset(self) -> None:
+        self._jobs: dict[int, Any] = {}
+        self._ledger = QuotaLedger({}, ())
+        self._count: dict[Any, int] = {}  # jobs per team and per (team, user)
+        self._inexact = 0  # jobs whose GPU equivalent is not a whole number
+
+    def sync(self, running: tuple[RunningJob, ...]) -> Totals | None:
+        now = dict(zip(map(id, running), running, strict=True))
+        if len(now) != len(running):
+            return None
+        jobs = self._jobs
+        gone = jobs.keys() - now.keys()
+        if jobs and len(gone) == len(jobs):
+            self.rebuilds += 1
+            self._reset()
+            jobs, gone = self._jobs, set()
+        for k in gone:
+            self._add(jobs.pop(k), -1)
+        for k in now.keys() - jobs.keys():
+            jobs[k] = now[k]
+            self._add(now[k], 1)
+        if self._inexact:
+            return None
+        ledger = self._ledger
+        return (
+            dict(ledger.team_usage),
+            dict(ledger.user_usage),
+            dict(ledger.cpu_usage),
+            dict(ledger.memory_usage),
+        )
+
+    def _add(self, job: Any, sign: int) -> None:
+        amount = job.gpu_equivalent
+        if amount != int(amount):
+            self._inexact += sign
+        ledger = self._ledger
+        if sign > 0:
+            ledger.take(job)
+        else:
+            ledger.release(job)
+        # As in a fresh ledger: no entry for a team or user with nothing running, nor for
+        # host CPUs or memory a team no longer holds.
+        user = (job.team, job.user)
+        if self._counted(job.team, sign):
+            ledger.team_usage.pop(job.team, None)
+        if self._counted(user, sign):
+            ledger.user_usage.pop(user, None)
+        if sign < 0:
+            if not ledger.cpu_usage.get(job.team, 1):
+                del ledger.cpu_usage[job.team]
+            if not ledger.memory_usage.get(job.team, 1):
+                del ledger.memory_usage[job.team]
+
+    def _counted(self, key: Any, sign: int) -> bool:
+        """Count a job in or out under `key`; True when none is left."""
+        left = self._count[key] = self._count.get(key, 0) + sign
+        if left:
+            return False
+        del self._count[key]
+        return True
+
+
+_RUNNING = RunningTotals()

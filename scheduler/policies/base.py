@@ -75,8 +75,11 @@ class Cycle:
         self.now = snapshot.now
         self.policy = policy
         self.settings = snapshot.settings
+        # settings["fast_paths"] false: no shortcuts (the reference the tests and benches
+        # compare the shortcuts against).
+        self.fast = bool(self.settings.get("fast_paths", True))
         self.cap = FreeCapacity.from_snapshot(snapshot)
-        self.quota = QuotaLedger.from_snapshot(snapshot)
+        self.quota = QuotaLedger.from_snapshot(snapshot, carried=self.fast)
         self.blocking = blocking
         self.reserve_rule = reserve
         self.reserve_with_predictions = reserve_with_predictions
@@ -101,18 +104,13 @@ class Cycle:
         # What a preemption costs, and the per-job cap: a job preempted that often already
         # is no longer a victim (scheduler/core/preemption.py).
         self.costs = PreemptionCost.from_settings(self.settings)
-        self._preemptible = [
-            r for r in snapshot.running if r.preemptible and not self.costs.capped(r)
-        ]
+        self._victims: list[RunningJob] | None = None  # preemptible, below the cap
         self._reclaim_on = bool(self.settings.get("preemption", True))
         self._qos_on = bool(self.settings.get("qos_preemption", False))
         self._max_preempts = int(self.settings.get("max_preemptions_per_cycle", 32))
         # settings["explain"] false (the simulator): waits carry no sentence, which saves
         # building one per waiting job; decisions are the same.
         self.explain = bool(self.settings.get("explain", True))
-        # settings["fast_paths"] false: no shortcuts (the reference the tests and benches
-        # compare the shortcuts against).
-        self.fast = bool(self.settings.get("fast_paths", True))
         # settings["plan_waits"] false (the simulator, which applies only places, preempts
         # and reserves): the plan carries no Waits and its order stops where the walk
         # settled. Production cycles keep the default: every pending job in order, waiting.
@@ -350,6 +348,15 @@ class Cycle:
         if self.victim_rule is not None:
             return self.victim_rule(job, victim)
         return None
+
+    @property
+    def _preemptible(self) -> list[RunningJob]:
+        """Running jobs that may be preempted at all (listed on the first search)."""
+        if self._victims is None:
+            self._victims = [
+                r for r in self.snapshot.running if r.preemptible and not self.costs.capped(r)
+            ]
+        return self._victims
 
     def try_preempt(self, job: PendingJob) -> bool:
         """Preempt the cheapest allowed victims so the job fits in a later cycle.

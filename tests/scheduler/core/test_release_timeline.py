@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 from scheduler.core.model import GpuState, NodeState, PendingJob, RunningJob, Snapshot
 from scheduler.core.placement import FreeCapacity
 from scheduler.core.reservation import (
+    Occupant,
     ReleaseTimeline,
     earliest_start,
     occupant_of,
@@ -29,7 +30,7 @@ def _compare(timeline: ReleaseTimeline, snapshot: Snapshot, now: float, predicti
     """Place what fits of the queue, then ask both ways for every job that handles."""
     timeline.sync(snapshot.running)
     cap = FreeCapacity.from_snapshot(snapshot)
-    placed = []
+    placed: list[Occupant] = []
     asked = 0
     for job in snapshot.pending:
         if ReleaseTimeline.handles(job, cap):
