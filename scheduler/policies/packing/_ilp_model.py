@@ -1,125 +1,262 @@
-"""The integer program behind the `ilp` policy, built with numpy/scipy and solved by HiGHS.
+"""The integer program behind the `ilp` policy, over classes of identical capacity, solved by
+HiGHS (highspy) under deterministic work limits.
 
-Jobs asking for the same resources form a class (gangs: GPU count, model, min memory;
-fractions: memory, compute, model, min memory). Variables:
-- `p[j]` (binary): job `j` is placed; the objective is the sum of placed jobs' values;
-- `x[c, s]` (integer): gangs of class `c` in slot `s`, a slot being the wholly free GPUs of
-  one node that share model and memory (a gang stays within one node and one GPU kind);
-- `y[f, g]` (integer): fractions of class `f` on GPU `g` (partly used, or wholly free);
-- `z[g]` (binary): wholly free GPU `g` is opened to fractions, so no gang gets it.
+Its size grows with the number of distinct shapes in the fleet and the queue, not with the
+number of nodes:
 
-Rows: per class, jobs placed = jobs put somewhere; per slot, gang GPUs plus opened GPUs <=
-free GPUs; per GPU, fractions' memory and compute <= what is free (times `z` for wholly
-free GPUs); per team and user, GPU equivalents placed <= headroom under the hard limit or
-the per-user cap.
+- **Slot classes.** A slot is the wholly free GPUs of one kind (model, memory) on one node;
+  slots with the same kind, the same count and the same "idle node" flag are one class.
+  `n[k, pattern]` (integer) counts the nodes of class `k` filled by a pattern: a multiset of
+  gang sizes and of GPUs opened to fractions, within the slot. Every node of a class is the
+  same for every job, so the pattern counts say all there is to say.
+- **Gangs** of a class (GPU count, model, min memory): `x[c, k]` gangs of class `c` on slot
+  class `k`; per slot class and size, the gangs equal the parts of that size the patterns
+  hold (exact: a pattern fits a node, and any gang of that size fits any part).
+- **GPU classes** for fractions: partly used GPUs of one kind with the same free memory and
+  compute (a count), and per kind the GPUs the patterns open (a variable count).
+  `y[f, g]` fractions of class `f` on GPU class `g`; per GPU class, memory and compute
+  summed over the class, and the fractions that each need more than half a GPU at most
+  one per GPU. This is a relaxation of packing each GPU, so the decoding (first fit
+  decreasing over the class's GPUs, in name and index order) may leave a fraction out;
+  it is then offered the free capacity by best fit, and the plan's notes count it.
+- `p[j]` (binary) per job: placed; per job class, placed = put somewhere; per team and
+  user, GPU equivalents placed <= headroom.
 
-Reductions: columns only for eligible (class, slot/GPU) pairs where one job fits; only the
-first few wholly free GPUs of a slot may be opened, in index order; identical idle nodes
-are loaded in name order (symmetry).
+Objective: maximise the placed value, less a packing term worth less than the least
+valuable job (so it orders plans of equal value and never costs a placement): opening an
+idle node, leaving GPUs free on a node a pattern touches, opening a wholly free GPU to
+fractions, and putting a fraction on a GPU with more free compute all cost a little; using
+GPUs of partly used nodes earns a little. Like fleet's fragmentation-aware placement
+(docs/packing.md) it consolidates onto busy nodes and keeps idle nodes whole.
+
+Candidates are bounded: each fraction class sees only the tightest GPU classes that hold
+twice its jobs (and the opened GPUs of each kind it may use); patterns hold at most as many
+parts of a size as there are jobs of that size.
+
+Limits count work (HiGHS `mip_max_nodes`, `mip_max_leaves`; HiGHS has no deterministic work
+unit yet, and its `simplex_iteration_limit` did not stop a MIP solve in HiGHS 1.16), so the
+same input gives the same plan on an idle and on a loaded machine; the wall-clock limit is
+only a safety net.
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
+import highspy
 import numpy as np
-from scipy.optimize import Bounds, LinearConstraint, milp
 from scipy.sparse import coo_matrix
 
+from scheduler.core.fragmentation import Scorer
 from scheduler.core.model import FULL_COMPUTE, GpuState, NodeState, PendingJob
 
 Eligible = Callable[[PendingJob, NodeState, GpuState], bool]
+Kind = tuple[str, int]
+OPEN = 0  # the part size that stands for a GPU opened to fractions
+
+# Without a fragmentation scorer (placement "best_fit"), the packing term's fixed costs:
+OPEN_NODE = 8.0  # a pattern on an idle node
+LEFT_FREE = 1.25  # per GPU a pattern leaves wholly free on an idle node
+BUSY_REWARD = -1.0  # per GPU a pattern uses on a node that is already partly used
+BUSY_LEFT = 0.25  # per GPU a pattern leaves wholly free on a partly used node it touches
+OPEN_GPU = 2.0  # per wholly free GPU opened to fractions
+FRACTION_ROOM = 0.5  # per fraction, times the free compute share of its GPU class
+# The largest cost of one pattern or one fraction is this share of the least job value.
+SHARE_OF_LEAST_VALUE = 0.5
+CANDIDATE_COVER = 4  # a fraction class sees GPU classes holding this many times its jobs
+MIN_CANDIDATES = 4
 
 
 @dataclass(frozen=True, slots=True)
-class Slot:
-    node: str
-    indices: tuple[int, ...]  # wholly free GPUs of one kind on this node
-    idle_node: bool  # every GPU of the node is wholly free and of this kind
+class Limits:
+    """Work limits of one solve (HiGHS options), and the wall-clock safety net."""
 
-
-@dataclass(frozen=True, slots=True)
-class FracGpu:
-    node: str
-    index: int
-    free_memory_mb: int
-    free_compute: int
-    slot: int | None  # the slot it belongs to when wholly free (it then needs z to be used)
+    max_bb_nodes: int = 2000
+    max_leaves: int = 1000
+    time_limit: float = 30.0
 
 
 @dataclass
 class IlpResult:
-    status: str  # "optimal", "feasible" (limit hit, incumbent kept), "none"
+    # "optimal"; "feasible" (a limit hit, incumbent kept); "none" (no solution: infeasible
+    # or a limit hit first); "too_large" (not built: above max_variables).
+    status: str
     message: str
-    objective: float | None = None
+    objective: float | None = None  # the solver's objective: value less packing term
+    value: float | None = None  # placed value of the solver's choice
     dual_bound: float | None = None
     mip_gap: float | None = None
-    gangs: dict[int, Slot] = field(default_factory=dict)
+    gangs: dict[int, tuple[str, tuple[int, ...]]] = field(default_factory=dict)
     fractions: dict[int, tuple[str, int]] = field(default_factory=dict)
-    opened: set[tuple[str, int]] = field(default_factory=set)
+    unmapped: list[int] = field(default_factory=list)  # chosen, but left out by decoding
     n_vars: int = 0
     n_rows: int = 0
+    n_slot_classes: int = 0
+    n_gpu_classes: int = 0
+    bb_nodes: int = 0
+    simplex_iterations: int = 0
+    limit: str | None = None  # which limit stopped the solve, if one did
     notes: list[str] = field(default_factory=list)
 
 
 @dataclass
-class _Rows:
-    rows: list[np.ndarray] = field(default_factory=list)
-    cols: list[np.ndarray] = field(default_factory=list)
-    vals: list[np.ndarray] = field(default_factory=list)
-    lower: list[float] = field(default_factory=list)
-    upper: list[float] = field(default_factory=list)
-
-    def add(self, cols: Sequence[int], vals: Sequence[float], lo: float, hi: float) -> None:
-        r = len(self.lower)
-        self.rows.append(np.full(len(cols), r, dtype=np.int64))
-        self.cols.append(np.asarray(cols, dtype=np.int64))
-        self.vals.append(np.asarray(vals, dtype=float))
-        self.lower.append(lo)
-        self.upper.append(hi)
+class _Slot:
+    node: str
+    indices: tuple[int, ...]
 
 
-def _frac_need(job: PendingJob) -> tuple[int, int]:
-    return job.gpu_memory_mb or 0, job.gpu_compute_percent or 0
+@dataclass
+class _SlotClass:
+    kind: Kind
+    size: int
+    idle: bool
+    rep: tuple[NodeState, GpuState]
+    slots: list[_Slot] = field(default_factory=list)
 
 
-def build_slots(nodes: Sequence[NodeState]) -> tuple[list[Slot], list[GpuState]]:
-    """Slots of wholly free GPUs, with a representative GPU of each for eligibility checks."""
-    slots: list[Slot] = []
-    reps: list[GpuState] = []
-    for node in nodes:
-        kinds: dict[tuple[str, int], list[GpuState]] = {}
-        for gpu in node.gpus:
-            if gpu.is_whole_free:
-                kinds.setdefault((gpu.model, gpu.memory_mb), []).append(gpu)
-        for gpus in kinds.values():
-            idle = len(gpus) == len(node.gpus)
-            slots.append(Slot(node.name, tuple(g.index for g in gpus), idle))
-            reps.append(gpus[0])
-    return slots, reps
+@dataclass
+class _GpuClass:
+    kind: Kind
+    free_memory_mb: int
+    free_compute: int
+    rep: tuple[NodeState, GpuState]
+    gpus: list[tuple[str, int]] = field(default_factory=list)  # empty for opened GPUs
+    opened: bool = False
 
 
-def _gang_class(job: PendingJob) -> tuple[int, str | None, int | None]:
-    return job.gpus, job.gpu_model, job.min_gpu_memory_mb
-
-
-def _frac_class(job: PendingJob) -> tuple[int, int, str | None, int | None]:
-    mem, comp = _frac_need(job)
-    return mem, comp, job.gpu_model, job.min_gpu_memory_mb
-
-
-class _Vars:
-    """Columns of the model: upper bounds, integrality and objective, appended in blocks."""
+class _Model:
+    """Columns (bounds, cost) and rows, appended as the model is built."""
 
     def __init__(self) -> None:
         self.upper: list[float] = []
         self.cost: list[float] = []
+        self.r_idx: list[int] = []
+        self.c_idx: list[int] = []
+        self.vals: list[float] = []
+        self.lower_b: list[float] = []
+        self.upper_b: list[float] = []
 
-    def add(self, upper: float, cost: float = 0.0) -> int:
-        self.upper.append(upper)
-        self.cost.append(cost)
+    def col(self, upper: float, cost: float = 0.0) -> int:
+        self.upper.append(float(upper))
+        self.cost.append(float(cost))
         return len(self.upper) - 1
+
+    def row(self, terms: Sequence[tuple[int, float]], lo: float, hi: float) -> None:
+        r = len(self.lower_b)
+        for c, v in terms:
+            self.r_idx.append(r)
+            self.c_idx.append(c)
+            self.vals.append(float(v))
+        self.lower_b.append(lo)
+        self.upper_b.append(hi)
+
+
+class PackingTerm:
+    """Costs of the packing term. With a fragmentation scorer (fleet's default placement),
+    a pattern costs the scorer's rise for taking its GPUs on a node with that many free
+    (`Scorer.whole`), and a fraction the rise for it on its GPU class
+    (`Scorer.fraction_partial`), so the ILP keeps free blocks that the demand needs, as
+    the placement does; without one, fixed costs that consolidate onto busy nodes.
+    `scale` turns costs into value units: the largest cost of a pattern or a fraction in
+    the model is SHARE_OF_LEAST_VALUE of the least valuable job, so no cost ever outweighs
+    placing a job."""
+
+    def __init__(self, scorer: Scorer | None) -> None:
+        self.scorer = scorer
+        self.scale = 0.0
+
+    def pattern(self, kind: Kind, free: int, idle: bool, used: int) -> float:
+        if self.scorer is not None:
+            return self.scorer.whole(kind, free, used)
+        left = free - used
+        if idle:
+            return OPEN_NODE + LEFT_FREE * left
+        return BUSY_REWARD * used + BUSY_LEFT * left
+
+    def fraction(self, kind: Kind, free_compute: int, free_mb: int, q: int, mb: int) -> float:
+        if self.scorer is not None:
+            return self.scorer.fraction_partial(kind, free_compute, free_mb, q, mb)
+        return FRACTION_ROOM * free_compute / FULL_COMPUTE
+
+    def open_gpu(self, kind: Kind) -> float:
+        """A wholly free GPU opened to fractions: whole-GPU shapes lose it (the fraction's
+        own share is counted by `fraction`, as on a partly used GPU)."""
+        if self.scorer is not None:
+            return FULL_COMPUTE * sum(w for _, w in self.scorer.terms(kind).whole)
+        return OPEN_GPU
+
+    def set_scale(self, least_value: float, costs: Sequence[float]) -> None:
+        most = max((abs(c) for c in costs), default=0.0)
+        self.scale = SHARE_OF_LEAST_VALUE * least_value / most if most > 0 else 0.0
+
+
+def _gang_class(job: PendingJob) -> tuple[int, str, int]:
+    return job.gpus, job.gpu_model or "", job.min_gpu_memory_mb or 0
+
+
+def _frac_class(job: PendingJob) -> tuple[int, int, str, int]:
+    return (
+        job.gpu_memory_mb or 0,
+        job.gpu_compute_percent or 0,
+        job.gpu_model or "",
+        (job.min_gpu_memory_mb or 0),
+    )
+
+
+def slot_classes(nodes: Sequence[NodeState]) -> list[_SlotClass]:
+    """Slots of wholly free GPUs grouped by (kind, count, idle node), nodes in name order."""
+    classes: dict[tuple[Kind, int, bool], _SlotClass] = {}
+    for node in sorted(nodes, key=lambda n: n.name):
+        kinds: dict[Kind, list[GpuState]] = {}
+        for gpu in node.gpus:
+            if gpu.is_whole_free:
+                kinds.setdefault((gpu.model, gpu.memory_mb), []).append(gpu)
+        for kind, gpus in kinds.items():
+            idle = len(gpus) == len(node.gpus)
+            key = (kind, len(gpus), idle)
+            cls = classes.get(key)
+            if cls is None:
+                cls = classes[key] = _SlotClass(kind, len(gpus), idle, (node, gpus[0]))
+            cls.slots.append(_Slot(node.name, tuple(sorted(g.index for g in gpus))))
+    return [classes[k] for k in sorted(classes)]
+
+
+def _partial_classes(nodes: Sequence[NodeState]) -> list[_GpuClass]:
+    classes: dict[tuple[Kind, int, int], _GpuClass] = {}
+    for node in sorted(nodes, key=lambda n: n.name):
+        for gpu in node.gpus:
+            mem, comp = min(gpu.free_memory_mb, gpu.memory_mb), gpu.free_compute_percent
+            if gpu.is_whole_free or mem <= 0 or comp <= 0:
+                continue
+            key = ((gpu.model, gpu.memory_mb), mem, comp)
+            cls = classes.get(key)
+            if cls is None:
+                cls = classes[key] = _GpuClass(key[0], mem, comp, (node, gpu))
+            cls.gpus.append((node.name, gpu.index))
+    return [classes[k] for k in sorted(classes)]
+
+
+def patterns(size: int, parts: Mapping[int, int]) -> list[tuple[int, ...]]:
+    """Non-empty multisets of part sizes (OPEN counts as one GPU) within `size` GPUs, with
+    at most `parts[s]` parts of size s; each sorted largest first. Deterministic order."""
+    sizes = sorted(parts, reverse=True)
+    out: list[tuple[int, ...]] = []
+
+    def extend(i: int, room: int, acc: list[int]) -> None:
+        if i == len(sizes):
+            if acc:
+                out.append(tuple(acc))
+            return
+        s = sizes[i]
+        gpus = max(s, 1)
+        most = min(parts[s], room // gpus)
+        for count in range(most, -1, -1):
+            extend(i + 1, room - count * gpus, acc + [s] * count)
+
+    extend(0, size, [])
+    return out
 
 
 def solve(
@@ -129,205 +266,373 @@ def solve(
     eligible: Eligible,
     team_headroom: Mapping[str, float],
     user_headroom: Mapping[tuple[str, str], float],
-    time_limit: float,
+    limits: Limits | None = None,
     max_variables: int | None = None,
     relax: bool = False,
-    exact_variables: int | None = None,
+    packing: PackingTerm | None = None,
 ) -> IlpResult:
-    """Maximise the value of placed jobs.
+    """Place the most valuable set of `jobs` (each fits on one node and asks for GPUs only).
 
-    Jobs asking for the same resources (a class) are interchangeable for capacity, so the
-    placement variables count jobs of a class per slot or GPU, and a binary `p[j]` per job
-    says whether it is placed (value and quotas are per job). Status "too_large" when the
-    model would exceed `max_variables` (nothing is solved); `relax=True` solves the LP
-    relaxation (its objective bounds the integer optimum). Above `exact_variables`
-    (fraction columns over wholly free GPUs), fractions may start only one wholly free GPU
-    per slot, and `notes` says so.
+    `relax=True` solves the LP relaxation (its value bounds the integer optimum);
+    without `packing` the objective is the placed value alone; with it, its `scale` is
+    set here (the costs of this model against its least valuable job).
     """
-    by_name = {n.name: n for n in nodes}
-    slots, reps = build_slots(nodes)
-    result_notes: list[str] = []
-    cols = _Vars()
-    p_col = {job.id: cols.add(1.0, -values[job.id]) for job in jobs}
+    limits = limits or Limits()
+    m = _Model()
+    members: list[PendingJob]
+    raw_costs: dict[int, float] = {}  # column -> packing cost, before scaling
+    p_col = {job.id: m.col(1.0, -values[job.id]) for job in jobs}
 
-    gang_classes: dict[tuple, list[PendingJob]] = {}
-    frac_classes: dict[tuple, list[PendingJob]] = {}
+    gang_classes: dict[tuple[int, str, int], list[PendingJob]] = {}
+    frac_classes: dict[tuple[int, int, str, int], list[PendingJob]] = {}
     for job in jobs:
         if job.is_fractional:
             frac_classes.setdefault(_frac_class(job), []).append(job)
         else:
             gang_classes.setdefault(_gang_class(job), []).append(job)
+    gkeys, fkeys = sorted(gang_classes), sorted(frac_classes)
 
-    # x[c, s]: how many gangs of class c go to slot s.
-    x_cols: dict[tuple, list[tuple[int, int]]] = {}  # class -> [(slot, column)]
-    slot_load: dict[int, tuple[list[int], list[float]]] = {}
-    for key, members in gang_classes.items():
-        rep_job, k = members[0], members[0].gpus
-        for s, slot in enumerate(slots):
-            fit = len(slot.indices) // k
-            if fit and eligible(rep_job, by_name[slot.node], reps[s]):
-                col = cols.add(float(min(fit, len(members))))
-                x_cols.setdefault(key, []).append((s, col))
-                c, v = slot_load.setdefault(s, ([], []))
-                c.append(col)
-                v.append(float(k))
+    sclasses = slot_classes(nodes)
+    kinds_rep: dict[Kind, tuple[NodeState, GpuState]] = {}
+    for sc in sclasses:
+        kinds_rep.setdefault(sc.kind, sc.rep)
+    kind_list = sorted(kinds_rep)
 
-    # GPUs fractions may use: partly used ones with room, and the first few wholly free ones
-    # of each slot (interchangeable, so at most one per fractional job is useful).
-    frac_gpus: list[FracGpu] = []
-    frac_rep: list[tuple[NodeState, GpuState]] = []
-    if frac_classes:
-        opened_cap = sum(len(m) for m in frac_classes.values())
-        whole = sum(min(len(slot.indices), opened_cap) for slot in slots)
-        if exact_variables is not None and whole * len(frac_classes) > exact_variables:
-            # Large fleets: fractions may start one wholly free GPU per slot (best fit does
-            # the same: it fills a started GPU before starting another).
-            opened_cap = 1
-            result_notes.append(
-                "ilp: model reduced: fractions may start at most one wholly free GPU per node"
-            )
-        for node in nodes:
-            for gpu in node.gpus:
-                mem, comp = min(gpu.free_memory_mb, gpu.memory_mb), gpu.free_compute_percent
-                if not gpu.is_whole_free and mem > 0 and comp > 0:
-                    frac_gpus.append(FracGpu(node.name, gpu.index, mem, comp, None))
-                    frac_rep.append((node, gpu))
-        for s, slot in enumerate(slots):
-            node = by_name[slot.node]
-            gpu_by_index = {g.index: g for g in node.gpus}
-            for index in slot.indices[:opened_cap]:
-                gpu = gpu_by_index[index]
-                frac_gpus.append(FracGpu(node.name, index, gpu.memory_mb, FULL_COMPUTE, s))
-                frac_rep.append((node, gpu))
-    # y[f, g]: how many fractions of class f go to GPU g.
-    y_cols: dict[tuple, list[tuple[int, int]]] = {}
-    # Every fraction needs >= 1 % compute, so the compute row alone ties y to z.
-    gpu_use: dict[int, list[tuple[int, int, int]]] = {}  # g -> [(col, mem, comp)]
-    if frac_classes:
-        g_mem = np.array([g.free_memory_mb for g in frac_gpus], dtype=np.int64)
-        g_cmp = np.array([g.free_compute for g in frac_gpus], dtype=np.int64)
-        for key, members in frac_classes.items():
-            mem, comp = max(key[0], 1), max(key[1], 1)
-            fit = np.minimum(g_mem // mem, g_cmp // comp)
-            for g in np.nonzero(fit > 0)[0].tolist():
-                node, gpu = frac_rep[g]
-                if eligible(members[0], node, gpu):
-                    ub = float(min(int(fit[g]), len(members)))
-                    col = cols.add(ub)
-                    y_cols.setdefault(key, []).append((g, col))
-                    gpu_use.setdefault(g, []).append((col, mem, comp))
-    z_col: dict[int, int] = {}
-    for g in sorted(gpu_use):
-        if frac_gpus[g].slot is not None:
-            z_col[g] = cols.add(1.0)
-            c, v = slot_load.setdefault(frac_gpus[g].slot, ([], []))  # type: ignore[arg-type]
-            c.append(z_col[g])
-            v.append(1.0)
+    def ok(job: PendingJob, rep: tuple[NodeState, GpuState]) -> bool:
+        return eligible(job, rep[0], rep[1])
 
-    n = len(cols.upper)
-    result = IlpResult(status="none", message="", n_vars=n, notes=result_notes)
-    if max_variables is not None and n > max_variables:
-        result.status, result.message = "too_large", f"{n} variables > {max_variables}"
-        return result
+    # Fraction classes that may open a GPU of each kind (a whole GPU holds one of them).
+    opens_kind: dict[Kind, int] = {}
+    for fkey in fkeys:
+        rep_job = frac_classes[fkey][0]
+        mem, comp = max(fkey[0], 1), max(fkey[1], 1)
+        for kind in kind_list:
+            if mem <= kind[1] and comp <= FULL_COMPUTE and ok(rep_job, kinds_rep[kind]):
+                opens_kind[kind] = opens_kind.get(kind, 0) + len(frac_classes[fkey])
 
-    rows = _Rows()
-    for classes, placed in ((gang_classes, x_cols), (frac_classes, y_cols)):
-        for key, members in classes.items():
-            where = [col for _, col in placed.get(key, [])]
-            rows.add(
-                where + [p_col[j.id] for j in members],
-                [1.0] * len(where) + [-1.0] * len(members),
-                0.0,
-                0.0,
-            )
-    for s, (c, v) in slot_load.items():
-        rows.add(c, v, -np.inf, float(len(slots[s].indices)))
-    for g, uses in gpu_use.items():
-        fg = frac_gpus[g]
-        c = [u[0] for u in uses]
-        for need_index, free in ((1, fg.free_memory_mb), (2, fg.free_compute)):
-            needs = [float(u[need_index]) for u in uses]
-            if fg.slot is None:
-                rows.add(c, needs, -np.inf, float(free))
-            else:
-                rows.add(c + [z_col[g]], needs + [-float(free)], -np.inf, 0.0)
-    # Symmetry: open a slot's wholly free GPUs in index order; load identical idle nodes in
-    # name order (any plan can be relabelled to satisfy both).
-    prev: dict[int, int] = {}
-    for g in sorted(z_col):
-        owner = frac_gpus[g].slot
-        assert owner is not None
-        if owner in prev:
-            rows.add([z_col[prev[owner]], z_col[g]], [1.0, -1.0], 0.0, np.inf)
-        prev[owner] = g
-    groups: dict[tuple[str, int, int], list[int]] = {}
-    for s, slot in enumerate(slots):
-        if slot.idle_node:
-            groups.setdefault((reps[s].model, reps[s].memory_mb, len(slot.indices)), []).append(s)
-    for same in groups.values():
-        for a, b in zip(same, same[1:], strict=False):
-            ca, va = slot_load.get(a, ([], []))
-            cb, vb = slot_load.get(b, ([], []))
-            if cb:
-                rows.add(ca + cb, va + [-x for x in vb], 0.0, np.inf)
+    # Slot classes: pattern columns, and per (slot class, size) the parts they offer.
+    parts_cols: dict[tuple[int, int], list[tuple[int, int]]] = {}  # (k, size) -> [(col, n)]
+    pat_cols: list[list[tuple[int, tuple[int, ...]]]] = []
+    for k, sc in enumerate(sclasses):
+        counts: dict[int, int] = {}
+        for key in gkeys:
+            size = key[0]
+            if size <= sc.size and ok(gang_classes[key][0], sc.rep):
+                counts[size] = counts.get(size, 0) + len(gang_classes[key])
+        if opens_kind.get(sc.kind):
+            counts[OPEN] = min(sc.size, opens_kind[sc.kind])
+        cols = []
+        for pat in patterns(sc.size, counts) if counts else []:
+            used = sum(max(s, 1) for s in pat)
+            col = m.col(len(sc.slots))
+            if packing is not None:
+                raw_costs[col] = packing.pattern(sc.kind, sc.size, sc.idle, used)
+                raw_costs[col] += packing.open_gpu(sc.kind) * pat.count(OPEN)
+            cols.append((col, pat))
+            for s in set(pat):
+                parts_cols.setdefault((k, s), []).append((col, pat.count(s)))
+        pat_cols.append(cols)
+        if cols:
+            m.row([(c, 1.0) for c, _ in cols], -np.inf, float(len(sc.slots)))
+
+    # Gangs: x[c, k], tied to the parts of their size and to their jobs.
+    x_cols: dict[tuple[int, str, int], list[tuple[int, int]]] = {}
+    by_part: dict[tuple[int, int], list[int]] = {}
+    for key in gkeys:
+        members = gang_classes[key]
+        for k, sc in enumerate(sclasses):
+            if (k, key[0]) in parts_cols and ok(members[0], sc.rep):
+                fit = len(sc.slots) * (sc.size // key[0])
+                col = m.col(min(fit, len(members)))
+                x_cols.setdefault(key, []).append((k, col))
+                by_part.setdefault((k, key[0]), []).append(col)
+    for (k, s), part in sorted(parts_cols.items()):
+        if s == OPEN:
+            continue
+        terms = [(c, 1.0) for c in by_part.get((k, s), [])]
+        terms += [(c, -float(n)) for c, n in part]
+        m.row(terms, 0.0, 0.0)
+
+    # GPU classes for fractions: partly used ones, then the opened GPUs of each kind.
+    gclasses = _partial_classes(nodes)
+    open_terms: dict[Kind, list[tuple[int, float]]] = {}
+    for k, sc in enumerate(sclasses):
+        for col, n in parts_cols.get((k, OPEN), []):
+            open_terms.setdefault(sc.kind, []).append((col, float(n)))
+    for kind in sorted(open_terms):
+        rep = kinds_rep[kind]
+        gclasses.append(_GpuClass(kind, kind[1], FULL_COMPUTE, rep, opened=True))
+    y_cols: dict[tuple[int, int, str, int], list[tuple[int, int]]] = {}
+    uses: dict[int, list[tuple[int, int, int]]] = {}  # g -> [(col, mem, comp)]
+    for fkey in fkeys:
+        fmembers = frac_classes[fkey]
+        mem, comp = max(fkey[0], 1), max(fkey[1], 1)
+        fits = []
+        for g, gc in enumerate(gclasses):
+            per_gpu = min(gc.free_memory_mb // mem, gc.free_compute // comp)
+            if per_gpu > 0 and ok(fmembers[0], gc.rep):
+                fits.append((g, per_gpu))
+
+        # Cheapest for the packing term first, then tightest (least compute, then memory,
+        # left after one), until they hold CANDIDATE_COVER times the class's jobs; opened
+        # GPUs always stay candidates.
+        def rank(
+            f: tuple[int, int], q: int = fkey[1], mb: int = fkey[0]
+        ) -> tuple[float, int, int, int]:
+            gc = gclasses[f[0]]
+            cost = 0.0
+            if packing is not None:
+                cost = packing.fraction(gc.kind, gc.free_compute, gc.free_memory_mb, q, mb)
+            return (cost, gc.free_compute - q, gc.free_memory_mb - mb, f[0])
+
+        partial = sorted((f for f in fits if not gclasses[f[0]].opened), key=rank)
+        chosen: list[tuple[int, int]] = []
+        held = 0
+        for g, per_gpu in partial:
+            if held >= CANDIDATE_COVER * len(fmembers) and len(chosen) >= MIN_CANDIDATES:
+                break
+            chosen.append((g, per_gpu))
+            held += per_gpu * len(gclasses[g].gpus)
+        chosen += [f for f in fits if gclasses[f[0]].opened]
+        for g, per_gpu in sorted(chosen):
+            gc = gclasses[g]
+            ub = len(fmembers) if gc.opened else min(len(fmembers), per_gpu * len(gc.gpus))
+            col = m.col(ub)
+            if packing is not None:
+                raw_costs[col] = packing.fraction(
+                    gc.kind, gc.free_compute, gc.free_memory_mb, fkey[1], fkey[0]
+                )
+            y_cols.setdefault(fkey, []).append((g, col))
+            uses.setdefault(g, []).append((col, mem, comp))
+    for g, use in sorted(uses.items()):
+        gc = gclasses[g]
+        big = [
+            (c, 1.0)
+            for c, mem, comp in use
+            if 2 * mem > gc.free_memory_mb or 2 * comp > gc.free_compute
+        ]
+        if gc.opened:
+            opening = open_terms[gc.kind]
+            for need, free in ((1, gc.free_memory_mb), (2, gc.free_compute)):
+                terms = [(u[0], float(u[need])) for u in use]
+                m.row(terms + [(c, -free * n) for c, n in opening], -np.inf, 0.0)
+            if big:
+                m.row(big + [(c, -n) for c, n in opening], -np.inf, 0.0)
+        else:
+            count = len(gc.gpus)
+            for need, free in ((1, gc.free_memory_mb), (2, gc.free_compute)):
+                m.row([(u[0], float(u[need])) for u in use], -np.inf, float(free * count))
+            if big:
+                m.row(big, -np.inf, float(count))
+    # Opening a GPU is worth it only with a fraction on it.
+    for kind, opening in sorted(open_terms.items()):
+        g = next(i for i, gc in enumerate(gclasses) if gc.opened and gc.kind == kind)
+        ys = [(u[0], 1.0) for u in uses.get(g, [])]
+        m.row(ys + [(c, -times) for c, times in opening], 0.0, np.inf)
+
+    # Per job class: placed jobs = jobs put somewhere.
+    class_cols: list[tuple[list[PendingJob], list[tuple[int, int]]]] = [
+        (gang_classes[k], x_cols.get(k, [])) for k in gkeys
+    ] + [(frac_classes[k], y_cols.get(k, [])) for k in fkeys]
+    for members, placed in class_cols:
+        where = [(col, 1.0) for _, col in placed]
+        m.row(where + [(p_col[j.id], -1.0) for j in members], 0.0, 0.0)
 
     # Quotas: team hard limits and per-user caps, in GPU equivalents.
-    quota_rows: dict[tuple[str, object], tuple[list[int], list[float], float]] = {}
+    quota: dict[tuple[str, object], tuple[list[tuple[int, float]], float]] = {}
     for job in jobs:
-        for key, room in (
+        for qkey, room in (
             (("team", job.team), team_headroom.get(job.team)),
             (("user", (job.team, job.user)), user_headroom.get((job.team, job.user))),
         ):
             if room is not None:
-                c, v, _ = quota_rows.setdefault(key, ([], [], room))
-                c.append(p_col[job.id])
-                v.append(job.gpu_equivalent)
-    for c, v, room in quota_rows.values():
-        rows.add(c, v, -np.inf, float(room))
+                quota.setdefault(qkey, ([], room))[0].append((p_col[job.id], job.gpu_equivalent))
+    for terms, room in quota.values():
+        m.row(terms, -np.inf, float(room))
 
-    result.n_rows = len(rows.lower)
-    constraints = []
-    if rows.lower:
-        matrix = coo_matrix(
-            (np.concatenate(rows.vals), (np.concatenate(rows.rows), np.concatenate(rows.cols))),
-            shape=(len(rows.lower), n),
-        ).tocsr()
-        constraints.append(LinearConstraint(matrix, np.array(rows.lower), np.array(rows.upper)))
-    res = milp(
-        np.array(cols.cost),
-        integrality=np.zeros(n) if relax else np.ones(n),
-        bounds=Bounds(np.zeros(n), np.array(cols.upper)),
-        constraints=constraints,
-        options={"time_limit": max(float(time_limit), 0.0), "disp": False},
-    )
-    result.message = str(res.message)
-    result.dual_bound = _neg(getattr(res, "mip_dual_bound", None))
-    result.mip_gap = getattr(res, "mip_gap", None)
-    if res.x is None:
+    if packing is not None:
+        packing.set_scale(min((values[j.id] for j in jobs), default=1.0), list(raw_costs.values()))
+        for col, cost in raw_costs.items():
+            m.cost[col] += packing.scale * cost
+    n = len(m.upper)
+    result = IlpResult(status="none", message="", n_vars=n, n_rows=len(m.lower_b))
+    result.n_slot_classes, result.n_gpu_classes = len(sclasses), len(gclasses)
+    if max_variables is not None and n > max_variables:
+        result.status, result.message = "too_large", f"{n} variables > {max_variables}"
         return result
-    result.status = "optimal" if res.status == 0 else "feasible"
-    result.objective = -float(res.fun)
-    if relax:
+
+    x = _run_highs(m, limits, relax, result)
+    if x is None or relax:
         return result
-    x = np.rint(res.x).astype(np.int64)
-    chosen = {jid for jid, col in p_col.items() if x[col] > 0}
-    for key, members in gang_classes.items():
-        queue = [j.id for j in members if j.id in chosen]
-        for s, col in x_cols.get(key, []):
-            for _ in range(int(x[col])):
-                if queue:
-                    result.gangs[queue.pop(0)] = slots[s]
-    for key, members in frac_classes.items():
-        queue = [j.id for j in members if j.id in chosen]
-        for g, col in y_cols.get(key, []):
-            for _ in range(int(x[col])):
-                if queue:
-                    fg = frac_gpus[g]
-                    result.fractions[queue.pop(0)] = (fg.node, fg.index)
-                    if fg.slot is not None:
-                        result.opened.add((fg.node, fg.index))
+    xi = np.rint(x).astype(np.int64)
+    chosen_ids = {jid for jid, col in p_col.items() if xi[col] > 0}
+    result.value = float(sum(values[j] for j in chosen_ids))
+    opened = _decode(result, xi, chosen_ids, sclasses, pat_cols, gang_classes, x_cols)
+    _decode_fractions(result, xi, chosen_ids, gclasses, opened, frac_classes, y_cols)
     return result
 
 
-def _neg(value: float | None) -> float | None:
-    return None if value is None else -float(value)
+def packing_cost(
+    term: PackingTerm,
+    nodes: Sequence[NodeState],
+    gangs: Mapping[int, tuple[str, tuple[int, ...]]],
+    fractions: Mapping[int, tuple[str, int, int, int]],
+) -> float:
+    """The packing term of concrete placements (value units), as the model charges it, so
+    a plan from elsewhere (greedy's) is scored on the solver's own objective. `fractions`
+    maps a job to (node, GPU, compute percent, memory MB)."""
+    taken: set[tuple[str, int]] = set()
+    on_gpu: dict[tuple[str, int], list[tuple[int, int]]] = {}
+    for node, indices in gangs.values():
+        taken.update((node, i) for i in indices)
+    for node, index, q, mb in fractions.values():
+        on_gpu.setdefault((node, index), []).append((q, mb))
+    cost = 0.0
+    for state in nodes:
+        by_kind: dict[Kind, list[GpuState]] = {}
+        for gpu in state.gpus:
+            kind = (gpu.model, gpu.memory_mb)
+            key = (state.name, gpu.index)
+            if gpu.is_whole_free:
+                by_kind.setdefault(kind, []).append(gpu)
+                if key in on_gpu:
+                    taken.add(key)
+                    cost += term.open_gpu(kind)
+                free_q, free_mb = FULL_COMPUTE, gpu.memory_mb
+            else:
+                free_q, free_mb = gpu.free_compute_percent, min(gpu.free_memory_mb, gpu.memory_mb)
+            for q, mb in on_gpu.get(key, []):
+                cost += term.fraction(kind, free_q, free_mb, q, mb)
+        for kind, gpus in by_kind.items():
+            used = sum((state.name, g.index) in taken for g in gpus)
+            if used:
+                cost += term.pattern(kind, len(gpus), len(gpus) == len(state.gpus), used)
+    return term.scale * cost
+
+
+def _run_highs(m: _Model, limits: Limits, relax: bool, result: IlpResult) -> np.ndarray | None:
+    n = len(m.upper)
+    h = highspy.Highs()
+    options: dict[str, Any] = {
+        "output_flag": False,
+        "random_seed": 0,
+        "time_limit": max(float(limits.time_limit), 0.0),
+        "mip_max_nodes": int(limits.max_bb_nodes),
+        "mip_max_leaves": int(limits.max_leaves),
+    }
+    for key, value in options.items():
+        h.setOptionValue(key, value)
+    lp = highspy.HighsLp()
+    lp.num_col_, lp.num_row_ = n, len(m.lower_b)
+    lp.col_cost_ = np.array(m.cost)
+    lp.col_lower_ = np.zeros(n)
+    lp.col_upper_ = np.array(m.upper)
+    lp.row_lower_ = np.array(m.lower_b)
+    lp.row_upper_ = np.array(m.upper_b)
+    matrix = coo_matrix(
+        (np.array(m.vals), (np.array(m.r_idx, dtype=np.int64), np.array(m.c_idx, dtype=np.int64))),
+        shape=(len(m.lower_b), n),
+    ).tocsc()
+    matrix.sum_duplicates()
+    lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
+    lp.a_matrix_.start_ = matrix.indptr
+    lp.a_matrix_.index_ = matrix.indices
+    lp.a_matrix_.value_ = matrix.data
+    if not relax:
+        lp.integrality_ = [highspy.HighsVarType.kInteger] * n
+    h.passModel(lp)
+    h.run()
+    status = h.getModelStatus()
+    info = h.getInfo()
+    result.message = h.modelStatusToString(status)
+    result.bb_nodes = int(info.mip_node_count) if not relax else 0
+    result.simplex_iterations = int(info.simplex_iteration_count)
+    limit_names = {
+        highspy.HighsModelStatus.kTimeLimit: "time",
+        highspy.HighsModelStatus.kSolutionLimit: "branch-and-bound nodes or leaves",
+    }
+    result.limit = limit_names.get(status)
+    has_solution = info.primal_solution_status == 2  # feasible
+    if not has_solution:
+        return None
+    result.status = "optimal" if status == highspy.HighsModelStatus.kOptimal else "feasible"
+    result.objective = -float(info.objective_function_value)
+    if not relax:
+        result.dual_bound = -float(info.mip_dual_bound)
+        result.mip_gap = float(info.mip_gap)
+    return np.array(h.getSolution().col_value)
+
+
+def _decode(
+    result: IlpResult,
+    x: np.ndarray,
+    chosen: set[int],
+    sclasses: list[_SlotClass],
+    pat_cols: list[list[tuple[int, tuple[int, ...]]]],
+    gang_classes: dict[tuple[int, str, int], list[PendingJob]],
+    x_cols: dict[tuple[int, str, int], list[tuple[int, int]]],
+) -> dict[Kind, list[tuple[str, int]]]:
+    """Concrete GPUs for the gangs: the class's nodes in name order take the chosen
+    patterns in their order; a gang takes the lowest GPUs of its part. Returns the GPUs
+    opened to fractions, per kind."""
+    parts: dict[tuple[int, int], list[tuple[str, tuple[int, ...]]]] = {}
+    opened: dict[Kind, list[tuple[str, int]]] = {}
+    for k, sc in enumerate(sclasses):
+        slots = iter(sc.slots)
+        for col, pat in pat_cols[k]:
+            for _ in range(int(x[col])):
+                slot = next(slots)
+                pos = 0
+                for s in pat:
+                    width = max(s, 1)
+                    indices = slot.indices[pos : pos + width]
+                    pos += width
+                    if s == OPEN:
+                        opened.setdefault(sc.kind, []).append((slot.node, indices[0]))
+                    else:
+                        parts.setdefault((k, s), []).append((slot.node, indices))
+    for key in sorted(gang_classes):
+        queue = [j.id for j in gang_classes[key] if j.id in chosen]
+        for k, col in x_cols.get(key, []):
+            free = parts.get((k, key[0]), [])
+            for _ in range(int(x[col])):
+                if queue and free:
+                    result.gangs[queue.pop(0)] = free.pop(0)
+        result.unmapped += queue
+    return opened
+
+
+def _decode_fractions(
+    result: IlpResult,
+    x: np.ndarray,
+    chosen: set[int],
+    gclasses: list[_GpuClass],
+    opened: dict[Kind, list[tuple[str, int]]],
+    frac_classes: dict[tuple[int, int, str, int], list[PendingJob]],
+    y_cols: dict[tuple[int, int, str, int], list[tuple[int, int]]],
+) -> None:
+    """Concrete GPUs for the fractions: per GPU class, first fit decreasing over its GPUs
+    (name and index order); a fraction that fits none is left to best fit."""
+    items: dict[int, list[PendingJob]] = {}
+    for key in sorted(frac_classes):
+        queue = [j for j in frac_classes[key] if j.id in chosen]
+        for g, col in y_cols.get(key, []):
+            for _ in range(int(x[col])):
+                if queue:
+                    items.setdefault(g, []).append(queue.pop(0))
+        result.unmapped += [j.id for j in queue]
+    for g, jobs in sorted(items.items()):
+        gc = gclasses[g]
+        gpus = opened.get(gc.kind, []) if gc.opened else gc.gpus
+        room = [[gc.free_memory_mb, gc.free_compute] for _ in gpus]
+        jobs.sort(key=lambda j: (-(j.gpu_compute_percent or 0), -(j.gpu_memory_mb or 0), j.id))
+        for job in jobs:
+            mem, comp = job.gpu_memory_mb or 0, job.gpu_compute_percent or 0
+            for i, free in enumerate(room):
+                if free[0] >= mem and free[1] >= comp and free[0] > 0 and free[1] > 0:
+                    free[0] -= mem
+                    free[1] -= comp
+                    result.fractions[job.id] = gpus[i]
+                    break
+            else:
+                result.unmapped.append(job.id)

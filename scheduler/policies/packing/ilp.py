@@ -1,16 +1,28 @@
-"""`ilp`: place the most valuable set of pending jobs by solving an integer program.
+"""`ilp`: place the most valuable set of pending jobs, packed tightly, by an integer program.
 
-Value is priority/age/team weight times size (see `_values`). The model (`_ilp_model`) is
-solved by HiGHS through scipy.optimize.milp under a time limit. Its node-level answer is
-turned into concrete GPUs with FreeCapacity, then any capacity still free is offered to the
-remaining jobs by best fit. The plan falls back to greedy, with a note saying why, when the
-problem is above the size limits or the solver finds no feasible solution in time; it also
-keeps the greedy plan when that is worth more than an unfinished solve.
+Value is priority/age/team weight times size (see `_values`). The model (`_ilp_model`) works
+over classes of identical capacity (slots of wholly free GPUs of one kind and count, partly
+used GPUs with the same room), so its size follows the distinct shapes of the fleet, not
+its node count; its objective is the placed value less a small packing term (open idle
+nodes and wholly free GPUs last, fill partly used ones first). HiGHS solves it under work
+limits (branch-and-bound nodes and leaves), so a snapshot always gives the same plan; the
+wall-clock limit is a safety net. The answer is decoded onto concrete
+GPUs in name and index order, then any capacity still free is offered to the remaining
+jobs by best fit.
+
+The plan never falls back silently: when the problem is above the size limits, the solver
+finds no solution within its limits, the plan is greedy's and its notes say why ("ilp: fell
+back to greedy: ..."). When the solver's plan, once decoded, scores lower than greedy's on
+the solver's own objective (value less packing term; it can, as the fractions' packing is
+relaxed and their candidates bounded), greedy's plan is kept and the notes say that too; a
+work limit that stops the search after a solution was found, and choices the decoding
+could not map, are noted. The cycle records the notes.
 
 Settings (snapshot.settings or constructor keywords; the `ilp_` prefix may be dropped in
-keywords): `ilp_time_limit` (s, default 1), `ilp_max_jobs` (2000), `ilp_max_nodes` (200),
-`ilp_max_variables` (600000), `ilp_exact_variables` (20000: above it fractions may start
-only one wholly free GPU per node), plus the value weights of `_values`.
+keywords): `ilp_max_bb_nodes` (2000, HiGHS `mip_max_nodes`), `ilp_max_leaves` (1000,
+`mip_max_leaves`), `ilp_time_limit` (s, 10: the safety net), `ilp_max_jobs` (2000), `ilp_max_nodes` (5000),
+`ilp_max_variables` (200,000), `ilp_packing` (true: the packing term), plus the value
+weights of `_values`.
 
 The model knows GPUs only: multi-node gangs, and jobs asking for host CPUs or memory on a
 fleet that reports them, are left out of it and placed by best fit after the solver's
@@ -26,15 +38,23 @@ from scheduler.core.placement import FreeCapacity
 from scheduler.core.quota import QuotaLedger
 from scheduler.policies.packing._common import finish_plan
 from scheduler.policies.packing._decode import place_in_order
-from scheduler.policies.packing._ilp_model import IlpResult, solve
+from scheduler.policies.packing._ilp_model import (
+    IlpResult,
+    Limits,
+    PackingTerm,
+    packing_cost,
+    solve,
+)
 from scheduler.policies.packing._values import greedy_order, job_values, setting, value_order
 
 _DEFAULTS = {
-    "ilp_time_limit": 1.0,
+    "ilp_time_limit": 10.0,
+    "ilp_max_bb_nodes": 2000,
+    "ilp_max_leaves": 1000,
     "ilp_max_jobs": 2000,
-    "ilp_max_nodes": 200,
-    "ilp_max_variables": 600_000,
-    "ilp_exact_variables": 20_000,
+    "ilp_max_nodes": 5000,
+    "ilp_max_variables": 200_000,
+    "ilp_packing": True,
 }
 _EPS = 1e-6
 
@@ -86,11 +106,17 @@ class IlpPolicy:
     def _setting(self, snapshot: Snapshot, key: str) -> Any:
         return setting(self.params, snapshot, key, _DEFAULTS[key])
 
+    def limits(self, snapshot: Snapshot) -> Limits:
+        return Limits(
+            max_bb_nodes=int(self._setting(snapshot, "ilp_max_bb_nodes")),
+            max_leaves=int(self._setting(snapshot, "ilp_max_leaves")),
+            time_limit=float(self._setting(snapshot, "ilp_time_limit")),
+        )
+
     def schedule(self, snapshot: Snapshot) -> Plan:
         values = job_values(snapshot, self.params)
         order = value_order(snapshot.pending, values)
         greedy_plan = self._greedy(snapshot)
-        greedy_value = sum(values[p.job_id] for p in greedy_plan[0])
 
         model = self.model_inputs(snapshot, values)
         jobs, nodes = model["jobs"], model["nodes"]
@@ -106,40 +132,75 @@ class IlpPolicy:
         if not jobs:
             return self._fallback(snapshot, greedy_plan, order, None)
 
-        time_limit = float(self._setting(snapshot, "ilp_time_limit"))
+        limits = self.limits(snapshot)
+        scorer = model.pop("scorer")
+        term = PackingTerm(scorer) if self._setting(snapshot, "ilp_packing") else None
         result = solve(
             **model,
-            time_limit=time_limit,
+            limits=limits,
             max_variables=int(self._setting(snapshot, "ilp_max_variables")),
-            exact_variables=int(self._setting(snapshot, "ilp_exact_variables")),
+            packing=term,
         )
         self.last = result
         if result.status == "too_large":
             why = f"the model has {result.message}, above the size limit"
             return self._fallback(snapshot, greedy_plan, order, why)
         if result.status == "none":
-            why = f"no feasible solution within the {time_limit:g} s time limit ({result.message})"
+            if result.limit is not None:
+                why = f"no solution within the {_limit_text(result, limits)} ({result.message})"
+            else:
+                why = f"the solver found no solution ({result.message})"
             return self._fallback(snapshot, greedy_plan, order, why)
 
         cap = FreeCapacity.from_snapshot(snapshot)
         ledger = QuotaLedger.from_snapshot(snapshot)
-        notes: list[str] = list(result.notes) + _outside_notes(snapshot, cap)
-        places = self._map(result, {n.name: n for n in nodes}, cap, ledger, order, notes)
+        notes: list[str] = _outside_notes(snapshot, cap)
+        places = self._map(result, cap, ledger, order, notes)
         placed = {p.job_id for p in places}
         rest = [j for j in greedy_order(snapshot.pending) if j.id not in placed]
         places += place_in_order(rest, cap, ledger, "best fit after ilp")
-        ilp_value = sum(values[p.job_id] for p in places)
         if result.status == "feasible":
             bound = result.dual_bound
-            gap = f"{(bound - ilp_value) / bound:.1%}" if bound else "unknown"
+            gap = f"{result.mip_gap:.1%}" if result.mip_gap is not None and bound else "unknown"
             notes.append(
-                f"ilp: time limit of {time_limit:g} s hit; kept the best solution found and "
-                f"filled what was left by best fit (within {gap} of the solver's bound)"
+                f"ilp: stopped at the {_limit_text(result, limits)}; kept the best solution "
+                f"found (gap {gap} to the solver's bound) and filled what was left by best fit"
             )
-        if greedy_value > ilp_value + _EPS:
-            why = f"greedy is worth {greedy_value:.2f}, the solver's best {ilp_value:.2f}"
-            return self._fallback(snapshot, greedy_plan, order, why)
+        fractional = {j.id: j for j in snapshot.pending if j.is_fractional}
+        ilp_score = self._score(places, values, nodes, term, fractional)
+        greedy_score = self._score(greedy_plan[0], values, nodes, term, fractional)
+        if greedy_score > ilp_score + _EPS:
+            note = (
+                f"ilp: solved ({result.status}), but kept greedy's plan: it scores "
+                f"{greedy_score:.3f} (value less packing term), the solver's plan {ilp_score:.3f}"
+            )
+            return self._fallback(snapshot, greedy_plan, order, None, [note])
         return finish_plan(self.name, snapshot, cap, ledger, places, order, notes)
+
+    @staticmethod
+    def _score(
+        places: list[Place],
+        values: dict[int, float],
+        nodes: list[NodeState],
+        term: PackingTerm | None,
+        fractional: dict[int, PendingJob],
+    ) -> float:
+        """Placed value less the model's packing term for these places."""
+        value = sum(values[p.job_id] for p in places)
+        if term is None:
+            return value
+        gangs: dict[int, tuple[str, tuple[int, ...]]] = {}
+        fractions: dict[int, tuple[str, int, int, int]] = {}
+        for p in places:
+            if p.members:
+                continue
+            job = fractional.get(p.job_id)
+            if job is not None:
+                q, mb = job.gpu_compute_percent or 0, job.gpu_memory_mb or 0
+                fractions[p.job_id] = (p.node, p.gpu_indices[0], q, mb)
+            else:
+                gangs[p.job_id] = (p.node, p.gpu_indices)
+        return value - packing_cost(term, nodes, gangs, fractions)
 
     @staticmethod
     def model_inputs(snapshot: Snapshot, values: dict[int, float]) -> dict[str, Any]:
@@ -164,46 +225,60 @@ class IlpPolicy:
             "eligible": cap.eligible,
             "team_headroom": teams,
             "user_headroom": users,
+            "scorer": cap.scorer(),
         }
 
     @staticmethod
     def _map(
         result: IlpResult,
-        nodes: dict[str, NodeState],
         cap: FreeCapacity,
         ledger: QuotaLedger,
         order: list[PendingJob],
         notes: list[str],
     ) -> list[Place]:
-        """Concrete GPUs for the solver's choices: fractions on their GPU, then each gang on
-        the lowest wholly free GPUs of its slot that fractions did not open."""
+        """Book the solver's choices: gangs on their concrete GPUs, then the chosen fractions
+        where the placement puts them (else on the solver's GPU). A gang that does not fit
+        (never expected) and fractions left without a GPU are noted."""
         places: list[Place] = []
         lost: list[int] = []
+        unplaced = list(result.unmapped)
         for job in order:
-            where = result.fractions.get(job.id)
+            where = result.gangs.get(job.id)
             if where is None:
                 continue
-            node, index = where
-            if cap.fits(job, node, (index,)) and ledger.check(job) is None:
-                cap.take(job, node, (index,))
+            node, indices = where
+            if cap.fits(job, node, indices) and ledger.check(job) is None:
+                cap.take(job, node, indices)
                 ledger.take(job)
-                places.append(Place(job.id, node, (index,), "ilp"))
+                places.append(Place(job.id, node, indices, "ilp"))
             else:
                 lost.append(job.id)
-        gangs = [j for j in order if j.id in result.gangs]
-        gangs.sort(key=lambda j: -j.gpus)
-        for job in gangs:
-            slot = result.gangs[job.id]
-            free = set(cap.whole_free(slot.node))
-            indices = tuple(i for i in slot.indices if i in free)[: job.gpus]
-            if cap.fits(job, slot.node, indices) and ledger.check(job) is None:
-                cap.take(job, slot.node, indices)
-                ledger.take(job)
-                places.append(Place(job.id, slot.node, indices, "ilp"))
-            else:
+        for job in order:
+            spot = result.fractions.get(job.id)
+            if spot is None:
+                continue
+            if ledger.check(job) is not None:
                 lost.append(job.id)
+                continue
+            # The solver chose the fraction and the GPU class; the GPU within the fleet is
+            # the placement's (fragmentation-aware) choice, the solver's when it has none.
+            choice = cap.best_fit(job)
+            if choice is None and cap.fits(job, spot[0], (spot[1],)):
+                choice = (spot[0], (spot[1],))
+            if choice is None:
+                unplaced.append(job.id)
+                continue
+            cap.take(job, *choice)
+            ledger.take(job)
+            places.append(Place(job.id, choice[0], choice[1], "ilp"))
         if lost:
             notes.append(f"ilp: {len(lost)} solver choices did not map onto free GPUs: {lost}")
+        if unplaced:
+            notes.append(
+                f"ilp: {len(unplaced)} fractions chosen by the solver found no GPU when "
+                "decoded (their packing is relaxed in the model); offered what is left by "
+                "best fit"
+            )
         return places
 
     @staticmethod
@@ -219,8 +294,17 @@ class IlpPolicy:
         greedy_plan: tuple[list[Place], FreeCapacity, QuotaLedger],
         order: list[PendingJob],
         why: str | None,
+        kept: list[str] | None = None,
     ) -> Plan:
         places, cap, ledger = greedy_plan
-        notes = [f"ilp: fell back to greedy: {why}"] if why else []
+        notes = [f"ilp: fell back to greedy: {why}"] if why else list(kept or [])
         notes += _outside_notes(snapshot, cap)
         return finish_plan(self.name, snapshot, cap, ledger, places, order, notes)
+
+
+def _limit_text(result: IlpResult, limits: Limits) -> str:
+    if result.limit == "time":
+        return f"{limits.time_limit:g} s time limit (safety net)"
+    return (
+        f"work limit of {limits.max_bb_nodes} branch-and-bound nodes or {limits.max_leaves} leaves"
+    )

@@ -183,7 +183,7 @@ def test_ilp_falls_back_to_greedy_when_the_solver_runs_out_of_time() -> None:
 @pytest.mark.parametrize(
     ("params", "settings", "words"),
     [
-        ({"max_jobs": 3}, {}, "5 placeable jobs x 2 nodes is above the size limit (3 x 200)"),
+        ({"max_jobs": 3}, {}, "5 placeable jobs x 2 nodes is above the size limit (3 x 5000)"),
         ({}, {"ilp_max_nodes": 1}, "5 placeable jobs x 2 nodes is above the size limit (2000 x 1)"),
         ({"max_variables": 4}, {}, "above the size limit"),
     ],
