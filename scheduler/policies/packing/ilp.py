@@ -152,13 +152,25 @@ class IlpPolicy:
                 why = f"the solver found no solution ({result.message})"
             return self._fallback(snapshot, greedy_plan, order, why)
 
-        cap = FreeCapacity.from_snapshot(snapshot)
-        ledger = QuotaLedger.from_snapshot(snapshot)
-        notes: list[str] = _outside_notes(snapshot, cap)
-        places = self._map(result, cap, ledger, order, notes)
-        placed = {p.job_id for p in places}
-        rest = [j for j in greedy_order(snapshot.pending) if j.id not in placed]
-        places += place_in_order(rest, cap, ledger, "best fit after ilp")
+        fractional = {j.id: j for j in snapshot.pending if j.is_fractional}
+        # Two decodings of the fractions: on the solver's GPUs, and where the placement
+        # puts them; the one scoring higher on the solver's objective is kept.
+        best: tuple[float, list[Place], FreeCapacity, QuotaLedger, list[str]] | None = None
+        for by_placement in (False, True):
+            cap = FreeCapacity.from_snapshot(snapshot)
+            ledger = QuotaLedger.from_snapshot(snapshot)
+            notes: list[str] = _outside_notes(snapshot, cap)
+            places = self._map(result, cap, ledger, order, notes, by_placement)
+            placed = {p.job_id for p in places}
+            rest = [j for j in greedy_order(snapshot.pending) if j.id not in placed]
+            places += place_in_order(rest, cap, ledger, "best fit after ilp")
+            score = self._score(places, values, nodes, term, fractional)
+            if best is None or score > best[0] + _EPS:
+                best = (score, places, cap, ledger, notes)
+            if not result.fractions:
+                break
+        assert best is not None
+        ilp_score, places, cap, ledger, notes = best
         if result.status == "feasible":
             bound = result.dual_bound
             gap = f"{result.mip_gap:.1%}" if result.mip_gap is not None and bound else "unknown"
@@ -166,8 +178,6 @@ class IlpPolicy:
                 f"ilp: stopped at the {_limit_text(result, limits)}; kept the best solution "
                 f"found (gap {gap} to the solver's bound) and filled what was left by best fit"
             )
-        fractional = {j.id: j for j in snapshot.pending if j.is_fractional}
-        ilp_score = self._score(places, values, nodes, term, fractional)
         greedy_score = self._score(greedy_plan[0], values, nodes, term, fractional)
         if greedy_score > ilp_score + _EPS:
             note = (
@@ -235,10 +245,12 @@ class IlpPolicy:
         ledger: QuotaLedger,
         order: list[PendingJob],
         notes: list[str],
+        by_placement: bool,
     ) -> list[Place]:
         """Book the solver's choices: gangs on their concrete GPUs, then the chosen fractions
-        where the placement puts them (else on the solver's GPU). A gang that does not fit
-        (never expected) and fractions left without a GPU are noted."""
+        on the solver's GPUs, or (`by_placement`) where the placement puts them; the other
+        way when the first finds none. A gang that does not fit (never expected) and
+        fractions left without a GPU are noted."""
         places: list[Place] = []
         lost: list[int] = []
         unplaced = list(result.unmapped)
@@ -260,11 +272,11 @@ class IlpPolicy:
             if ledger.check(job) is not None:
                 lost.append(job.id)
                 continue
-            # The solver chose the fraction and the GPU class; the GPU within the fleet is
-            # the placement's (fragmentation-aware) choice, the solver's when it has none.
-            choice = cap.best_fit(job)
-            if choice is None and cap.fits(job, spot[0], (spot[1],)):
-                choice = (spot[0], (spot[1],))
+            solver = (spot[0], (spot[1],)) if cap.fits(job, spot[0], (spot[1],)) else None
+            if by_placement:
+                choice = cap.best_fit(job) or solver
+            else:
+                choice = solver or cap.best_fit(job)
             if choice is None:
                 unplaced.append(job.id)
                 continue
