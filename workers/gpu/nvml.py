@@ -448,7 +448,8 @@ class NvmlBackend:
         if self._events is None:
             return
         wait = getattr(nvml, "nvmlEventSetWait_v2", None) or nvml.nvmlEventSetWait
-        by_uuid = {self._uuids[i]: i for i in range(len(self._handles)) if i in self._uuids}
+        # A GPU's own UUID, or a MIG device's where NVML names the MIG device in the event.
+        by_uuid = {uuid: index for index, uuid in self._uuids.items()}
         for _ in range(MAX_EVENTS_PER_TICK):
             try:
                 event = wait(self._events, 0)

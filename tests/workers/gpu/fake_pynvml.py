@@ -17,6 +17,7 @@ MB = 1024 * 1024
 NVML_ERROR_NOT_SUPPORTED = 3
 NVML_ERROR_NOT_FOUND = 6
 NVML_ERROR_DRIVER_NOT_LOADED = 9
+NVML_ERROR_TIMEOUT = 10
 
 
 class NVMLError(Exception):
@@ -42,6 +43,13 @@ class NVMLError_NotFound(NVMLError):  # noqa: N801
 
     def __init__(self) -> None:
         super().__init__("Not Found")
+
+
+class NVMLError_Timeout(NVMLError):  # noqa: N801
+    value = NVML_ERROR_TIMEOUT
+
+    def __init__(self) -> None:
+        super().__init__("Timeout")
 
 
 class NVMLError_DriverNotLoaded(NVMLError):  # noqa: N801
@@ -88,7 +96,11 @@ class FakeDevice:
     max_mig: int = 7
 
 
-def make_module(devices: list[FakeDevice], init_error: NVMLError | None = None) -> Any:
+def make_module(
+    devices: list[FakeDevice], init_error: NVMLError | None = None, *, events: bool = False
+) -> Any:
+    """The module over `devices`. With `events`, it has NVML's event set calls too: append
+    `xid_event(device, code)` to `mod.events` for the driver to raise it."""
     mod: Any = types.ModuleType("pynvml")
     mod.NVMLError = NVMLError
     mod.NVMLError_NotSupported = NVMLError_NotSupported
@@ -192,4 +204,27 @@ def make_module(devices: list[FakeDevice], init_error: NVMLError | None = None) 
     mod.nvmlDeviceGetMaxMigDeviceCount = max_mig
     mod.nvmlDeviceGetMigDeviceHandleByIndex = mig_handle
     mod.nvmlDeviceGetAttributes = attributes
+    if events:
+        mod.NVMLError_Timeout = NVMLError_Timeout
+        mod.NVML_ERROR_TIMEOUT = NVML_ERROR_TIMEOUT
+        mod.nvmlEventTypeXidCriticalError = XID_CRITICAL_ERROR
+        mod.events = []
+
+        def wait(event_set: Any, timeout_ms: int) -> Any:
+            if not mod.events:
+                raise NVMLError_Timeout()
+            return mod.events.pop(0)
+
+        mod.nvmlEventSetCreate = lambda: "event-set"
+        mod.nvmlDeviceRegisterEvents = lambda handle, mask, event_set: None
+        mod.nvmlEventSetWait_v2 = wait
+        mod.nvmlEventSetFree = lambda event_set: None
     return mod
+
+
+XID_CRITICAL_ERROR = 0x8
+
+
+def xid_event(device: Any, code: int) -> Any:
+    """An Xid event as nvmlEventSetWait_v2 returns it (eventType, eventData, device)."""
+    return types.SimpleNamespace(device=device, eventType=XID_CRITICAL_ERROR, eventData=code)

@@ -61,12 +61,13 @@ def _mig_index(slot):
 
 
 def test_the_stand_in_has_only_functions_and_errors_the_real_pynvml_has():
-    mod = fake_pynvml.make_module([])
+    mod = fake_pynvml.make_module([], events=True)
     names = [n for n in vars(mod) if n.startswith(("nvml", "NVML"))]
 
     assert "nvmlDeviceGetMigDeviceHandleByIndex" in names
     assert [n for n in names if not hasattr(real_pynvml, n)] == []
-    for name in ("NVML_ERROR_NOT_SUPPORTED", "NVML_ERROR_NOT_FOUND", "NVML_DEVICE_MIG_ENABLE"):
+    for name in ("NVML_ERROR_NOT_SUPPORTED", "NVML_ERROR_NOT_FOUND", "NVML_DEVICE_MIG_ENABLE",
+                 "NVML_ERROR_TIMEOUT", "nvmlEventTypeXidCriticalError"):  # fmt: skip
         assert getattr(mod, name) == getattr(real_pynvml, name)
 
 
@@ -148,6 +149,22 @@ def test_findings_of_a_gpu_in_mig_mode_are_reported_on_each_of_its_mig_devices(m
     assert findings == [
         (_mig_index(0), "MIG-1111", "ecc", 2),
         (_mig_index(1), "MIG-2222", "ecc", 2),
+    ]
+
+
+def test_an_xid_of_a_gpu_in_mig_mode_is_a_finding_on_each_of_its_mig_devices(monkeypatch):
+    devices = _host()
+    mod = fake_pynvml.make_module(devices, events=True)
+    monkeypatch.setitem(sys.modules, "pynvml", mod)
+    backend = NvmlBackend(clock=lambda: 5.0)
+    mod.events += [fake_pynvml.xid_event(devices[1], 79), fake_pynvml.xid_event(devices[0], 13)]
+
+    findings = [(f.index, f.uuid, f.kind, f.code) for f in backend.health()]
+
+    assert findings == [
+        (_mig_index(0), "MIG-1111", "xid", 79),
+        (_mig_index(1), "MIG-2222", "xid", 79),
+        (0, "GPU-a0", "xid", 13),
     ]
 
 
