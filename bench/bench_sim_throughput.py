@@ -104,6 +104,11 @@ def main() -> None:
         f"whole run incl. loading: {time.perf_counter() - t0:.1f} s (target <= 30 s); "
         f"per cycle {1e3 * result.policy_seconds / max(1, result.cycles):.2f} ms policy"
     )
+    policy_cpu = result.policy_cpu_seconds
+    print(
+        f"CPU: {policy_cpu:.1f} s in the policy ({1e3 * policy_cpu / max(1, result.cycles):.2f} "
+        f"ms per cycle), {cpu - policy_cpu:.1f} s in the simulator"
+    )
     m = compute_metrics(result)
     print(
         f"avg JCT {m['jct_avg']:,.0f} s, avg wait {m['queue_avg']:,.0f} s, util "

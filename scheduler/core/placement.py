@@ -665,9 +665,15 @@ class FreeCapacity:
         n = self._by_name[node]
         return tuple(sorted(n.gpus[p].index for ps in n.whole.values() for p in ps))
 
-    def whole_free_count(self, node: str) -> int:
-        """How many GPUs of a node are wholly free (0 if it is not schedulable)."""
-        return sum(len(ps) for ps in self._by_name[node].whole.values())
+    def nodes_with_whole_free(self, k: int) -> list[str]:
+        """Schedulable nodes with at least k wholly free GPUs of one kind, in fleet order
+        (from the per-kind buckets: what changed, not a pass over the fleet)."""
+        positions: set[int] = set()
+        for ki in self._kinds.values():
+            for count in range(max(k, 1), len(ki.buckets)):
+                if (ki.bmask >> count) & 1:
+                    positions.update(ki.buckets[count])
+        return [self._nodes[p].name for p in sorted(positions)]
 
     def node_names(self) -> list[str]:
         return [n.name for n in self._nodes]

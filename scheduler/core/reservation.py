@@ -187,25 +187,28 @@ class ReleaseTimeline:
 
         ready: dict[tuple[str, str, int], list[int]] = {}
         filled: set[str] = set()
+        need = job.gpus
 
-        def fill(node: str) -> None:
+        def fill(node: str) -> list[int]:
+            """Put the node's wholly free eligible GPUs in `ready`; the first of its lists
+            (in GPU order) that holds the job, or []."""
             filled.add(node)
             free_now = cap.whole_free(node) if cap.is_schedulable(node) else ()
-            if not free_now:
-                return
-            for gpu in cap.node_gpus(node):
+            lists: list[list[int]] = []
+            for gpu in cap.node_gpus(node) if free_now else ():
                 if gpu.index in free_now and eligible(node, gpu):
-                    ready.setdefault((node, gpu.model, gpu.memory_mb), []).append(gpu.index)
+                    indices = ready.setdefault((node, gpu.model, gpu.memory_mb), [])
+                    if not indices:
+                        lists.append(indices)
+                    indices.append(gpu.index)
+            return next((x for x in lists if len(x) >= need), [])
 
-        # Free now: only a node with that many wholly free GPUs can hold the job at once
-        # (the others are filled when a release reaches them, in the same order).
-        need = job.gpus
-        for node in cap.node_names():
-            if cap.whole_free_count(node) >= need:
-                fill(node)
-                for key, indices in ready.items():
-                    if key[0] == node and len(indices) >= need:
-                        return node, now, tuple(indices[:need])
+        # Free now: only a node with that many wholly free GPUs of one kind can hold the
+        # job at once (the others are filled when a release reaches them).
+        for node in cap.nodes_with_whole_free(need):
+            indices = fill(node)
+            if indices:
+                return node, now, tuple(indices[:need])
         # GPUs the jobs placed in this cycle touch: their totals with those jobs added.
         extra: dict[tuple[str, int], list[Any]] = {}
         for occ in placed:

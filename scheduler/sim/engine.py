@@ -52,13 +52,15 @@ class PolicyDriver:
         # A policy without these attributes is assumed to use the clock and to preempt.
         self.time_dependent = bool(getattr(policy, "time_dependent", True))
         self.policy_seconds = 0.0
+        self.policy_cpu_seconds = 0.0  # time.process_time: steadier on a shared machine
         self.cycles = 0
         self.notes: dict[str, int] = {}
 
     def plan(self, state: SimState) -> Plan:
         snap = state.snapshot()
-        t0 = time.perf_counter()
+        t0, cpu0 = time.perf_counter(), time.process_time()
         plan = self.policy.schedule(snap)
+        self.policy_cpu_seconds += time.process_time() - cpu0
         self.policy_seconds += time.perf_counter() - t0
         self.cycles += 1
         for note in plan.notes:
@@ -121,6 +123,7 @@ class SimResult:
     wall_seconds: float
     cycles: int
     policy_seconds: float = 0.0
+    policy_cpu_seconds: float = 0.0
     unschedulable: int = 0
     notes: dict[str, int] = field(default_factory=dict)
 
@@ -189,5 +192,6 @@ def simulate(
     )
     if isinstance(driver, PolicyDriver):
         result.policy_seconds = driver.policy_seconds
+        result.policy_cpu_seconds = driver.policy_cpu_seconds
         result.notes = dict(driver.notes)
     return result
