@@ -157,6 +157,7 @@ def test_a_run_started_on_the_page_shows_progress_then_results_and_applies_a_cho
     assert "What happened" in rows.nth(0).inner_text()
     assert table.locator("mark").count() >= 1  # the best of each column is marked
     assert page.locator("#advisor-progress").count() == 0
+    assert page.input_value("#id_days") == "3"  # the form offers the shown run's window again
 
     label = f"priority (priority_weight_age={json.dumps(10000.0)})"
     page.get_by_role("button", name=f"Apply {label}").click()
