@@ -8,6 +8,10 @@ and greedy's plan is kept if it is worth more. Deterministic for a seed.
 Settings (snapshot.settings, or constructor keywords with or without the `annealing_`
 prefix): `annealing_iterations` (300), `annealing_t0` (0.5), `annealing_max_jobs` (40),
 plus `fragmentation_penalty` and the value weights of `_values`.
+
+A teaching baseline, not a production policy: on bench/bench_packing.py (1,200 nodes,
+requests arriving in cycles) it placed what greedy placed and stranded the same share
+within noise, at 10-20 times greedy's CPU per cycle (docs/packing.md).
 """
 
 from __future__ import annotations
