@@ -209,7 +209,10 @@ class NvmlBackend:
                 logger.warning("GPU %d is in MIG mode and FLEET_MIG=off: it is not offered", parent)
                 continue
             found = self._mig_slots(parent, handle, count)
-            if not found:
+            if found:
+                logger.info("GPU %d is in MIG mode: offered as its MIG devices, indices %s",
+                            parent, [m.index for m in self._migs if m.parent == parent])  # fmt: skip
+            else:
                 logger.warning("GPU %d is in MIG mode but has no MIG devices: it offers nothing "
                                "until GPU instances are created (docs/mig.md)", parent)  # fmt: skip
 
