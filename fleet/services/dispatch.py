@@ -6,6 +6,7 @@ from __future__ import annotations
 import logging
 import os
 import zlib
+from collections.abc import Iterable
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -64,22 +65,29 @@ def ports_in_use(*, node_id: int, now: datetime | None = None) -> set[int]:
     """Master ports of other attempts whose rank 0 is on the node and may still hold it:
     assigned or running, or stopped so recently that the process may still be in its grace
     (the window GPU holds use: grace plus the time for the end's report)."""
+    return ports_in_use_many(node_ids=[node_id], now=now).get(node_id, set())
+
+
+def ports_in_use_many(
+    *, node_ids: Iterable[int], now: datetime | None = None
+) -> dict[int, set[int]]:
+    """`ports_in_use` of many nodes in one query, by node id."""
     now = now or timezone.now()
     recent = now - timedelta(seconds=float(settings.FLEET_JOB_GRACE) + REPORT_MARGIN_S)
-    rows = JobMember.objects.filter(node_id=node_id, rank=0, master_port__isnull=False).filter(
-        Q(state__in=(MemberState.ASSIGNED, MemberState.RUNNING)) | Q(finished_at__gte=recent)
-    )
-    return {int(port) for port in rows.values_list("master_port", flat=True) if port}
+    rows = JobMember.objects.filter(
+        node_id__in=list(node_ids), rank=0, master_port__isnull=False
+    ).filter(Q(state__in=(MemberState.ASSIGNED, MemberState.RUNNING)) | Q(finished_at__gte=recent))
+    taken: dict[int, set[int]] = {}
+    for node_id, port in rows.values_list("node_id", "master_port"):
+        if port:
+            taken.setdefault(node_id, set()).add(int(port))
+    return taken
 
 
-def master_port_choose(*, job_id: int, attempt: int, node_id: int) -> int:
-    """A port of the range that no other live attempt with rank 0 on the node uses, searched
-    from the attempt's own starting point. With every port taken, the starting point
-    itself, and a warning: the range is too small for what runs on that node."""
+def _free_port(*, job_id: int, attempt: int, node_id: int, taken: set[int]) -> int:
     low, high = rendezvous_ports()
     first = master_port(job_id, attempt)
     size = high - low + 1
-    taken = ports_in_use(node_id=node_id)
     for step in range(size):
         port = low + (first - low + step) % size
         if port not in taken:
@@ -92,10 +100,37 @@ def master_port_choose(*, job_id: int, attempt: int, node_id: int) -> int:
     return first
 
 
+def master_port_choose(*, job_id: int, attempt: int, node_id: int) -> int:
+    """A port of the range that no other live attempt with rank 0 on the node uses, searched
+    from the attempt's own starting point. With every port taken, the starting point
+    itself, and a warning: the range is too small for what runs on that node."""
+    taken = ports_in_use(node_id=node_id)
+    return _free_port(job_id=job_id, attempt=attempt, node_id=node_id, taken=taken)
+
+
+def master_ports_choose(attempts: Iterable[tuple[int, int, int]]) -> dict[int, int]:
+    """`master_port_choose` for many new attempts at once, (job id, attempt, rank 0's node
+    id) each, by job id: one query for all their nodes, and no two of them given one port
+    on one node. For a dispatch of many jobs, which stores each port with its rank 0
+    member as it writes the members."""
+    wanted = list(attempts)
+    taken = ports_in_use_many(node_ids={node_id for _, _, node_id in wanted})
+    ports = {}
+    for job_id, attempt, node_id in wanted:
+        busy = taken.setdefault(node_id, set())
+        port = _free_port(job_id=job_id, attempt=attempt, node_id=node_id, taken=busy)
+        busy.add(port)
+        ports[job_id] = port
+    return ports
+
+
 def attempt_master_port(job: Job, shares: list[Share]) -> int:
     """Rank 0's port for the current attempt: the one stored with its rank 0 member, else
     chosen now and stored, so every start sent again for this attempt names the same port.
     Call inside the dispatch transaction (one scheduling cycle at a time chooses)."""
+    chosen = getattr(job, "dispatched_master_port", None)
+    if chosen is not None:  # chosen and stored by the dispatch that loaded this job
+        return int(chosen)
     rank0 = JobMember.objects.filter(job_id=job.pk, attempt=job.attempt, rank=0)
     rows = list(rank0.values_list("master_port", flat=True)[:1])
     if not shares or not rows:

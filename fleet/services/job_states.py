@@ -10,11 +10,13 @@ report an agent sends carries the attempt it runs and older attempts are fenced 
 
 from __future__ import annotations
 
+import json
 import logging
 from dataclasses import dataclass
 from typing import Any
 
-from django.db import transaction
+from django.db import connection, transaction
+from django.db.models import Field
 from django.utils import timezone
 
 from fleet.errors import Conflict, NotFound
@@ -248,7 +250,10 @@ def job_dispatch_many(*, dispatches: list[Dispatch], actor: Actor) -> list[Job]:
     transition = TRANSITIONS["dispatch"]
     now = timezone.now()
     moved: list[Dispatch] = []
-    for d in dispatches:
+    if connection.vendor == "postgresql" and dispatches:
+        done = _dispatch_update_postgres(dispatches, now)
+        moved = [d for d in dispatches if d.job_id in done]
+    for d in dispatches if connection.vendor != "postgresql" else ():
         update = _changes("dispatch", attempt=d.attempt, requeues=0, reason=d.reason, now=now)
         update.update(
             node_id=d.node_id,
@@ -274,6 +279,10 @@ def job_dispatch_many(*, dispatches: list[Dispatch], actor: Actor) -> list[Job]:
         )
         for d in moved
     )
+    from fleet.services.dispatch import master_ports_choose
+
+    # Rank 0's rendezvous port, chosen for all at once and stored with the member.
+    ports = master_ports_choose((d.job_id, d.attempt + 1, d.node_id) for d in moved)
     JobMember.objects.bulk_create(
         JobMember(
             job_id=d.job_id,
@@ -281,6 +290,7 @@ def job_dispatch_many(*, dispatches: list[Dispatch], actor: Actor) -> list[Job]:
             rank=rank,
             node_id=node_id,
             gpu_indices=list(indices),
+            master_port=ports[d.job_id] if rank == 0 else None,
         )
         for d in moved
         for rank, (node_id, indices) in enumerate(((d.node_id, d.gpu_indices), *d.members))
@@ -293,7 +303,52 @@ def job_dispatch_many(*, dispatches: list[Dispatch], actor: Actor) -> list[Job]:
     for job in jobs:
         job.previous_state = S.PENDING
         job.previous_attempt = job.attempt - 1
+        job.dispatched_master_port = ports[job.pk]  # type: ignore[attr-defined]
     return jobs
+
+
+# What a dispatch writes (see _changes), per job from its decision or the same for all.
+_DISPATCH_PER_JOB = {"state_reason", "attempt"}
+_DISPATCH_SAME = {"state", "updated_at", "assigned_at"}
+
+
+def _column(name: str) -> str:
+    field = Job._meta.get_field(name)
+    assert isinstance(field, Field)
+    return str(field.column)
+
+
+def _dispatch_update_postgres(dispatches: list[Dispatch], now: Any) -> set[int]:
+    """The dispatch UPDATE of every job in one statement (one compare-and-swap per row,
+    as the per-job path: pending on the decision's attempt); the ids that moved."""
+    sample = _changes("dispatch", attempt=0, requeues=0, reason="", now=now)
+    assert set(sample) == _DISPATCH_PER_JOB | _DISPATCH_SAME, "dispatch writes other columns"
+    col = {name: _column(name) for name in (
+        "state", "state_reason", "updated_at", "attempt", "assigned_at", "node",
+        "attempt_node", "gpu_indices", "queue_position", "eta",
+    )}  # fmt: skip
+    rows = ", ".join(
+        ["(%s::bigint, %s::integer, %s::bigint, %s::jsonb, %s::text)"] * len(dispatches)
+    )
+    sql = (
+        f'UPDATE {Job._meta.db_table} AS j SET "{col["state"]}" = %s, '
+        f'"{col["state_reason"]}" = v.reason, "{col["updated_at"]}" = %s, '
+        f'"{col["attempt"]}" = v.attempt + 1, "{col["assigned_at"]}" = %s, '
+        f'"{col["node"]}" = v.node_id, "{col["attempt_node"]}" = v.node_id, '
+        f'"{col["gpu_indices"]}" = v.gpus, "{col["queue_position"]}" = NULL, '
+        f'"{col["eta"]}" = NULL '
+        f"FROM (VALUES {rows}) AS v(id, attempt, node_id, gpus, reason) "
+        f'WHERE j.id = v.id AND j."{col["state"]}" = %s AND j."{col["attempt"]}" = v.attempt '
+        "RETURNING j.id"
+    )
+    params: list[Any] = [sample["state"], now, now]
+    for d in dispatches:
+        params += [d.job_id, d.attempt, d.node_id, json.dumps(list(d.gpu_indices)), d.reason[:1000]]
+    params.append(S.PENDING)
+    assert TRANSITIONS["dispatch"].sources == {S.PENDING}
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return {row[0] for row in cursor.fetchall()}
 
 
 def job_cancel_queued_many(*, job_ids: list[int], actor: Actor, reason: str) -> list[int]:
