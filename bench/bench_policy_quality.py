@@ -23,9 +23,20 @@ all GPU-hours held), and the share of GPU-time lost to gang waits (GPUs idle whi
 waiting job is a multi-node gang). Targets (issue 12): best within 1.25x of srpt-oracle and
 at least 20% below tiresias, checkpointed and not; preemptions per job <= 1; lost <= 2%.
 
+Heterogeneous scenarios (not in the default list; `--scenarios mix@0.45`): V100, P100 and
+K80 nodes, every job given a type drawn (seeded by --seed) from Gavel's published throughputs
+and runs at that type's speed on each model (scheduler.sim.transform.assign_speeds); the
+load is relative to the cluster's GPU count at V100 speed. `gavel` runs twice: with the
+speeds declared (as Gavel assumes them profiled) and as "gavel/learned", where policies see
+only what finished jobs teach (SimConfig.declare_speeds off). A second table gives makespan
+and the work done per GPU-second held (useful / busy: 1.0 when every job ran on its fastest
+model and lost nothing).
+
     nice .venv/bin/python bench/bench_policy_quality.py            # everything (long)
     .venv/bin/python bench/bench_policy_quality.py --quick         # 1 window, 500 jobs
     .venv/bin/python bench/bench_policy_quality.py --policies fcfs,sjf --scenarios 8x8@0.7,16x4@0.7
+    nice .venv/bin/python bench/bench_policy_quality.py --scenarios mix@0.45 --size 800 \
+        --policies gavel,gittins,las,tiresias,priority,fcfs,srpt-oracle --no-checkpoint ''
 Prints figures; --json FILE also saves them. Not a test.
 """
 
@@ -47,7 +58,7 @@ from scheduler.sim.metrics import ratios  # noqa: E402
 from scheduler.sim.runner import all_names, run_many  # noqa: E402
 from scheduler.sim.sources import load_philly  # noqa: E402
 from scheduler.sim.state import SimConfig  # noqa: E402
-from scheduler.sim.transform import prepare  # noqa: E402
+from scheduler.sim.transform import assign_speeds, prepare  # noqa: E402
 
 TRACE = ROOT / "bench" / "traces" / "philly.csv"
 SCENARIOS = {
@@ -56,6 +67,13 @@ SCENARIOS = {
     "8x8@0.9": ("8x8xV100[cpus=64,mem=512,group=4]", 0.9),
     "64x8@0.7": ("64x8xV100[cpus=64,mem=512,group=4]", 0.7),
 }
+_HOST = "[cpus=64,mem=512,group=4]"
+# Mixed GPU models; jobs get speeds per model (see the module docstring).
+HETERO_SCENARIOS = {
+    "mix@0.45": (f"3x8xV100{_HOST}+2x8xP100{_HOST}+3x8xK80{_HOST}", 0.45),
+    "mix@0.6": (f"3x8xV100{_HOST}+2x8xP100{_HOST}+3x8xK80{_HOST}", 0.6),
+}
+LEARNED = "/learned"
 CPUS_PER_GPU = 4.0
 MEMORY_GB_PER_GPU = 32.0
 REALISTIC_EXCLUDE = {"srpt-oracle"}
@@ -127,10 +145,13 @@ def main() -> None:
     everything: dict = {}
     summary = []
     for scen in a.scenarios.split(","):
-        spec, load = SCENARIOS[scen]
+        hetero = scen in HETERO_SCENARIOS
+        spec, load = HETERO_SCENARIOS[scen] if hetero else SCENARIOS[scen]
         cluster = parse_cluster(spec)
         for start in (int(s) for s in a.starts.split(",")):
             jobs, rep = window_jobs(raw, cluster, load, start, a.size, a.seed)
+            if hetero:
+                jobs = assign_speeds(jobs, seed=a.seed)
             config = SimConfig(
                 cycle_interval=60.0,
                 restart_overhead=60.0,
@@ -150,6 +171,15 @@ def main() -> None:
                         if "error" not in m and "error" not in metrics.get(ref, {"error": 1}):
                             m[key] = ratios(m, metrics[ref])
                     metrics[n + NO_CKPT] = m
+            if hetero and "gavel" in names:
+                hidden = replace(config, declare_speeds=False)
+                more, _ = run_many(["gavel"], jobs, cluster, hidden, seed=a.seed)
+                for ref, k in (("srpt-oracle", "vs_oracle"), ("fcfs", "vs_fcfs")):
+                    if "error" not in more["gavel"] and "error" not in metrics.get(
+                        ref, {"error": 1}
+                    ):
+                        more["gavel"][k] = ratios(more["gavel"], metrics[ref])
+                metrics["gavel" + LEARNED] = more["gavel"]
             key = f"{scen} window {start}"
             everything[key] = metrics
             everything[key + " prep"] = rep.as_dict()
@@ -182,6 +212,8 @@ def main() -> None:
                     f"{m['jain_slowdown']:>6.2f}{vf or 0:>7.3f}{vo or 0:>8.3f}"
                     f"{(pe if pe is not None else float('nan')):>9.2f}{m['wall_seconds']:>7.1f}"
                 )
+            if hetero:
+                _print_hetero(metrics)
             ok = {n: m for n, m in metrics.items() if "error" not in m}
             real = {n: m for n, m in ok.items() if n not in REALISTIC_EXCLUDE and NO_CKPT not in n}
             if real and "srpt-oracle" in ok and "fcfs" in ok:
@@ -238,6 +270,25 @@ def _settings(given: list[str], checkpointing: bool) -> dict:
         k, _, v = item.partition("=")
         out[k] = json.loads(v)
     return out
+
+
+def _print_hetero(metrics: dict) -> None:
+    """Makespan and work per GPU-second held, beside avg and p95 JCT, against las."""
+    ref = metrics.get("las", {})
+    print(
+        f"{'policy':<16}{'avg JCT':>11}{'p95 JCT':>11}{'makespan':>11}{'pre/job':>8}"
+        f"{'work/held':>10}{'JCT/las':>8}"
+    )
+    for name, m in metrics.items():
+        if "error" in m:
+            continue
+        busy = m.get("busy_gpu_seconds") or 0.0
+        speed = m["useful_gpu_seconds"] / busy if busy else float("nan")
+        vs = m["jct_avg"] / ref["jct_avg"] if ref.get("jct_avg") else float("nan")
+        print(
+            f"{name:<16}{m['jct_avg']:>11,.0f}{m['jct_p95']:>11,.0f}{m['makespan']:>11,.0f}"
+            f"{m['preemptions_per_job']:>8.3f}{speed:>10.3f}{vs:>8.3f}"
+        )
 
 
 def _vs(rows: dict, best: str, ref: str) -> float:

@@ -47,8 +47,9 @@ from scheduler.core.preemption import PreemptionCost, mean_residual
 from scheduler.policies.base import Cycle
 from scheduler.policies.las import LasPolicy
 
-# Jobs of a class that must have finished on a model before its speed there is learned.
-MIN_SAMPLES = 3
+# Jobs of a class that must have finished on a model before its speed there is learned
+# (runtime / limit varies by 2x and more between jobs of one class).
+MIN_SAMPLES = 10
 # Jobs in one round at most (its assignment costs jobs^2 x models); later jobs try their
 # models fastest first.
 MAX_ROUND = 128

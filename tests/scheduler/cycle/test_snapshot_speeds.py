@@ -13,6 +13,7 @@ from django.utils import timezone
 
 from scheduler.cycle import snapshot as snapshot_module
 from scheduler.cycle.snapshot import SPEED_TABLE_TTL, build_snapshot
+from scheduler.policies.gavel import MIN_SAMPLES
 from tests.scheduler.cycle.conftest import make_job, make_node
 
 pytestmark = pytest.mark.django_db
@@ -36,7 +37,8 @@ def finished(owner: Any, team: Any, node: Any, runtime: float, **fields: Any) ->
 
 def test_speeds_are_learned_per_class_and_model(owner: Any, team: Any) -> None:
     fast, slow = make_node("fast", 1, model="V100"), make_node("slow", 1, model="K80")
-    for runtime in (100, 200, 400):
+    for i in range(MIN_SAMPLES):
+        runtime = 100 + 30 * i
         finished(owner, team, fast, runtime)
         finished(owner, team, slow, runtime * 4)
     # A requeued job's runtime is its last attempt's only: it teaches nothing.
@@ -50,7 +52,8 @@ def test_the_table_is_read_again_only_after_its_ttl(owner: Any, team: Any) -> No
     fast, slow = make_node("fast", 1, model="V100"), make_node("slow", 1, model="K80")
     now = timezone.now()
     assert build_snapshot(now=now, save_usage=False).core.gpu_speeds == {}
-    for runtime in (100, 200, 400):
+    for i in range(MIN_SAMPLES):
+        runtime = 100 + 30 * i
         finished(owner, team, fast, runtime, name="")
         finished(owner, team, slow, runtime * 2, name="")
     later = now + timedelta(seconds=SPEED_TABLE_TTL - 1)

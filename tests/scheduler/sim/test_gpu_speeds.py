@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from scheduler.policies.gavel import MIN_SAMPLES
 from scheduler.sim.cluster import parse_cluster
 from scheduler.sim.sources import load_jobs
 from scheduler.sim.state import SimConfig, SimState
@@ -66,16 +67,18 @@ def test_checkpointed_progress_carries_over_to_another_model(first, second, expe
 
 
 def test_policies_see_declared_speeds_and_what_finished_jobs_teach() -> None:
-    # Three jobs of one class on each model, one at a time: the K80 runs take 4x as long
-    # against the same limit, so the learned K80 speed is 0.25.
+    # Jobs of one class on each model, one at a time: the K80 runs take 4x as long against
+    # the same limit, so the learned K80 speed is 0.25 once enough have finished.
+    pairs = MIN_SAMPLES
     specs = [
-        job(i, 0, 100, speeds=SPEEDS, name="train", time_limit=400, user="u") for i in range(1, 7)
+        job(i, 0, 100, speeds=SPEEDS, name="train", time_limit=400, user="u")
+        for i in range(1, 2 * pairs + 1)
     ]
     state = SimState(specs, MIXED, SimConfig())
     state.advance(0)
     assert dict(state.snapshot().pending[0].gpu_speeds) == dict(SPEEDS)
-    assert state.snapshot().gpu_speeds == {}
-    for i in range(1, 7, 2):
+    for i in range(1, 2 * pairs + 1, 2):
+        assert state.snapshot().gpu_speeds == {}
         state.start(i, V100, (0,))
         state.start(i + 1, K80, (0,))
         finish_time(state)
