@@ -181,6 +181,7 @@ POLICY_GROUPS: dict[str, tuple[str, ...]] = {
     "las": ("las",),
     "gittins": ("gittins",),
     "tiresias": ("tiresias",),
+    "gavel": ("las", "gavel"),
     "greedy": ("packing",),
     "ilp": ("packing", "ilp"),
     "genetic": ("packing", "genetic"),
@@ -192,13 +193,16 @@ GROUP_TITLES = {
     "las": "Least attained service (las)",
     "gittins": "Gittins index (gittins)",
     "tiresias": "Tiresias (tiresias)",
+    "gavel": "GPU models by job speed (gavel)",
     "packing": "Job values and packing (greedy, ilp, genetic, annealing)",
     "ilp": "ILP solver",
     "genetic": "Genetic search",
     "annealing": "Simulated annealing",
 }
 # A parameter named `<prefix>_...` belongs to that policy's group.
-PREFIX_GROUPS = ("priority", "las", "gittins", "tiresias", "ilp", "genetic", "annealing")
+PREFIX_GROUPS = (
+    "priority", "las", "gittins", "tiresias", "gavel", "ilp", "genetic", "annealing",
+)  # fmt: skip
 
 
 def policy_groups(policy: str) -> tuple[str, ...]:

@@ -150,6 +150,14 @@ COMMON: dict[str, Param] = {
         help="Per-job preemption cap for tiresias (0: none, as published).",
         maximum=1_000,
     ),
+    "gavel_min_speed": Param(
+        "number",
+        0.25,
+        0.0,
+        help="gavel starts a job only on GPU models that run it at this share of its best "
+        "speed or more (0: any).",
+        maximum=1.0,
+    ),
     "seed": Param("int", 0, 0, help="Seed of the random search policies.", maximum=2**32 - 1),
     "prediction_history": Param(
         "int",
