@@ -11,7 +11,7 @@ plus `fragmentation_penalty` and the value weights of `_values`.
 
 A teaching baseline, not a production policy: on bench/bench_packing.py (1,200 nodes,
 requests arriving in cycles) it placed what greedy placed and stranded the same share
-within noise, at 10-20 times greedy's CPU per cycle (docs/packing.md).
+within noise, at about 9-19 times greedy's CPU per cycle (docs/packing.md).
 """
 
 from __future__ import annotations
