@@ -128,32 +128,44 @@ class GittinsPolicy(PreemptivePolicy):
         costs = PreemptionCost.from_settings(snapshot.settings)
         check_gain = bool(snapshot.settings.get("preemption_gain_check", True))
         pending_left: dict[int, float] = {}
-        victim_left: dict[int, float] = {}
+
+        # Per victim: expected GPU-seconds still to come, and the weighted preemption cost.
+        # A cycle asks about every pair of a waiting job that does not fit and a running
+        # job, so the rule compares numbers and words a reason only for a victim it allows.
+        victim_left: dict[int, tuple[float, float]] = {}
+        weight = costs.cost_weight
 
         def victim_rule(job: PendingJob, victim: RunningJob) -> str | None:
             if now - victim.started_at < min_slice:
                 return None
-            if tiers is not None and tiers[1][victim.id] < tiers[0][job.id]:
-                return None  # its tier goes first
             mine, theirs = pending_index[job.id], running_of[victim.id]
             if mine <= theirs * (1.0 + margin):
                 return None
-            why = f"Gittins index {_fmt(mine)} beats {_fmt(theirs)} by more than {margin:g}x"
-            if not check_gain:
-                return why
-            left = pending_left.get(job.id)
-            if left is None:
-                left = pending_left[job.id] = remaining(
-                    job.attained_service, job.time_limit, job.gpu_equivalent
-                )
-            other = victim_left.get(victim.id)
-            if other is None:
-                ran = max(now - victim.started_at, 0.0) * victim.gpu_equivalent
-                other = victim_left[victim.id] = remaining(
-                    victim.attained_service + ran, victim.time_limit, victim.gpu_equivalent
-                )
-            pays = costs.pays(left, other, victim, now)
-            return None if pays is None else f"{why}; {pays}"
+            if tiers is not None and tiers[1][victim.id] < tiers[0][job.id]:
+                return None  # its tier goes first
+            pays = ""
+            if check_gain:
+                left = pending_left.get(job.id)
+                if left is None:
+                    left = pending_left[job.id] = remaining(
+                        job.attained_service, job.time_limit, job.gpu_equivalent
+                    )
+                known = victim_left.get(victim.id)
+                if known is None:
+                    ran = max(now - victim.started_at, 0.0) * victim.gpu_equivalent
+                    known = victim_left[victim.id] = (
+                        remaining(
+                            victim.attained_service + ran,
+                            victim.time_limit,
+                            victim.gpu_equivalent,
+                        ),
+                        weight * costs.gpu_seconds(victim, now),
+                    )
+                other, cost = known
+                if not left + cost < other:
+                    return None
+                pays = f"; {costs.pays(left, other, victim, now)}"
+            return f"Gittins index {_fmt(mine)} beats {_fmt(theirs)} by more than {margin:g}x{pays}"
 
         preempt = bool(snapshot.settings.get("gittins_preemption", True))
         if tiers is None:
