@@ -165,7 +165,7 @@ class RunningTotals:
     """What running jobs hold per team and per user, kept across cycles by job object.
 
     `sync` adds the jobs new since the last call and takes off those gone, then hands out
-    copies. A sum of floats depends on the order of its terms unless every term is a whole
+    copies (None where the ledger must be summed afresh). A sum of floats depends on the order of its terms unless every term is a whole
     number: while some running job holds a fraction (compute share not a whole GPU), or
     one object is listed twice, it answers None and the ledger is summed afresh.
     """
@@ -179,22 +179,31 @@ class RunningTotals:
         self._ledger = QuotaLedger({}, ())
         self._count: dict[Any, int] = {}  # jobs per team and per (team, user)
         self._inexact = 0  # jobs whose GPU equivalent is not a whole number
+        self._built = False  # whether the totals hold the jobs of _jobs
 
     def sync(self, running: tuple[RunningJob, ...]) -> Totals | None:
         now = dict(zip(map(id, running), running, strict=True))
-        if len(now) != len(running):
-            return None
         jobs = self._jobs
-        gone = jobs.keys() - now.keys()
-        if jobs and len(gone) == len(jobs):
-            self.rebuilds += 1
+        if len(now) != len(running):
             self._reset()
-            jobs, gone = self._jobs, set()
-        for k in gone:
-            self._add(jobs.pop(k), -1)
+            return None
+        if not any(now.get(k) is r for k, r in jobs.items()):
+            # None of the last call's jobs is left: a driver that builds new objects every
+            # cycle (production) would pay for a rebuild every cycle, so the ledger sums
+            # afresh; the totals are built on the first call that finds jobs of the last.
+            if jobs:
+                self.rebuilds += 1
+            self._reset()
+            self._jobs = now
+            return None
+        if not self._built:
+            jobs = {}
+            self._built = True
+        for k in jobs.keys() - now.keys():
+            self._add(jobs[k], -1)
         for k in now.keys() - jobs.keys():
-            jobs[k] = now[k]
             self._add(now[k], 1)
+        self._jobs = now
         if self._inexact:
             return None
         ledger = self._ledger

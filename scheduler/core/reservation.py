@@ -95,36 +95,37 @@ class ReleaseTimeline:
         # Per GPU: [last end, whole-GPU holders, fraction memory, fraction compute, ends].
         self._gpus: dict[tuple[str, int], list[Any]] = {}
         self._sorted: list[tuple[float, str, int]] = []
-        self._exact = True  # False: the last sync could not be diffed; start over
-        self.rebuilds = 0  # syncs that found none of the jobs it held (for tests, benches)
+        self._built = False  # whether _gpus and _sorted hold the jobs of _jobs
+        self.rebuilds = 0  # syncs that found none of the jobs of the last (tests, benches)
 
-    def sync(self, running: tuple[RunningJob, ...]) -> None:
+    def sync(self, running: tuple[RunningJob, ...]) -> bool:
+        """Bring the timeline up to these running jobs; False when the caller should sweep
+        them the plain way: when none of the jobs of the last call is left (a driver that
+        builds new objects every cycle would pay for a rebuild every cycle) or one object
+        is listed twice. Built on the first call that finds jobs of the last one."""
         now_jobs = {id(r): r for r in running}
-        if len(now_jobs) != len(running) or not self._exact:
-            self._jobs, self._gpus, self._sorted = {}, {}, []
         jobs = self._jobs
-        if jobs and not any(now_jobs.get(k) is r for k, r in jobs.items()):
-            # None of them is left (production builds new objects every cycle): start over.
-            self.rebuilds += 1
-            self._gpus, self._sorted = {}, []
-            jobs = self._jobs = {}
-        touched: dict[tuple[str, int], tuple[float, str, int] | None] = {}
         if len(now_jobs) != len(running):
-            # The same object twice: it counts twice, as in a plain fold; the next sync
-            # starts over.
-            for r in running:
+            self._jobs, self._gpus, self._sorted, self._built = {}, {}, [], False
+            return False
+        if not any(now_jobs.get(k) is r for k, r in jobs.items()):
+            if self._built or jobs:
+                self.rebuilds += 1
+            self._jobs, self._gpus, self._sorted, self._built = now_jobs, {}, [], False
+            return not running
+        touched: dict[tuple[str, int], tuple[float, str, int] | None] = {}
+        if not self._built:
+            jobs = {}
+            self._built = True
+        for k, r in jobs.items():
+            if now_jobs.get(k) is not r:
+                self._apply(r, -1, touched)
+        for k, r in now_jobs.items():
+            if jobs.get(k) is not r:
                 self._apply(r, 1, touched)
-            self._exact = False
-        else:
-            for k, r in jobs.items():
-                if now_jobs.get(k) is not r:
-                    self._apply(r, -1, touched)
-            for k, r in now_jobs.items():
-                if jobs.get(k) is not r:
-                    self._apply(r, 1, touched)
-            self._jobs = now_jobs
-            self._exact = True
+        self._jobs = now_jobs
         self._resort(touched)
+        return True
 
     def _apply(self, r: RunningJob, sign: int, touched: dict[tuple[str, int], Any]) -> None:
         end = r.expected_end if self.use_predictions else r.limit_end
@@ -279,19 +280,13 @@ def earliest_start_running(
     """`earliest_start` over the running jobs' occupants and this cycle's placements; with
     `incremental`, through the release timeline carried across cycles where it answers."""
     if incremental and ReleaseTimeline.handles(job, cap):
-        timeline = release_timeline(running, use_predictions=use_predictions)
-        return timeline.earliest_start(job, cap, placed, now)
+        timeline = _TIMELINES.get(use_predictions)
+        if timeline is None:
+            timeline = _TIMELINES[use_predictions] = ReleaseTimeline(use_predictions)
+        if timeline.sync(running):
+            return timeline.earliest_start(job, cap, placed, now)
     occupants = running_occupants(running, use_predictions=use_predictions)
     return earliest_start(job, cap, occupants + placed, now)
-
-
-def release_timeline(running: tuple[RunningJob, ...], *, use_predictions: bool) -> ReleaseTimeline:
-    """The release timeline of these running jobs, carried over from the last call."""
-    timeline = _TIMELINES.get(use_predictions)
-    if timeline is None:
-        timeline = _TIMELINES[use_predictions] = ReleaseTimeline(use_predictions)
-    timeline.sync(running)
-    return timeline
 
 
 def earliest_start(

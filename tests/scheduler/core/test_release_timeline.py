@@ -28,7 +28,14 @@ CHECKS = settings(max_examples=120, deadline=None, suppress_health_check=[Health
 
 def _compare(timeline: ReleaseTimeline, snapshot: Snapshot, now: float, predictions: bool):
     """Place what fits of the queue, then ask both ways for every job that handles."""
-    timeline.sync(snapshot.running)
+    if not timeline.sync(snapshot.running):
+        # Nothing carried over (or a job listed twice): the caller sweeps the plain way; a
+        # second call with the same objects builds the timeline.
+        assert timeline.sync(snapshot.running) == (
+            len(set(map(id, snapshot.running))) == len(snapshot.running)
+        )
+        if not timeline.sync(snapshot.running):
+            return 0
     cap = FreeCapacity.from_snapshot(snapshot)
     placed: list[Occupant] = []
     asked = 0
@@ -72,7 +79,7 @@ def test_timeline_gives_the_plain_sweep_across_cycles(
 
 @CHECKS
 @given(snapshot=snapshots(max_nodes=4, max_pending=8))
-def test_a_job_listed_twice_counts_twice(snapshot: Snapshot) -> None:
+def test_a_job_listed_twice_is_left_to_the_plain_sweep(snapshot: Snapshot) -> None:
     if not snapshot.running:
         return
     doubled = replace(snapshot, running=(*snapshot.running, snapshot.running[0]))
@@ -82,14 +89,16 @@ def test_a_job_listed_twice_counts_twice(snapshot: Snapshot) -> None:
     _compare(timeline, snapshot, snapshot.now, False)
 
 
-def test_new_objects_every_cycle_rebuild_it() -> None:
+def test_new_objects_every_cycle_are_left_to_the_plain_sweep() -> None:
     job = RunningJob(1, "t", "u", "n0", (0, 1), started_at=0.0, time_limit=100.0, gpus=2)
     timeline = ReleaseTimeline(False)
-    timeline.sync((job,))
-    timeline.sync((job,))
+    assert not timeline.sync((job,))
+    assert timeline.sync((job,))
     assert timeline.rebuilds == 0
-    timeline.sync((replace(job),))
+    fresh = replace(job)
+    assert not timeline.sync((fresh,))
     assert timeline.rebuilds == 1
+    assert timeline.sync((fresh,))
 
 
 def test_overdue_gpus_are_released_now_in_node_order() -> None:
@@ -106,7 +115,8 @@ def test_overdue_gpus_are_released_now_in_node_order() -> None:
     cap = FreeCapacity.from_snapshot(snapshot)
     job = PendingJob(3, "t", "u", submitted_at=0.0, time_limit=60.0, gpus=1)
     timeline = ReleaseTimeline(False)
-    timeline.sync(running)
+    assert not timeline.sync(running)
+    assert timeline.sync(running)
     occupants = running_occupants(running, use_predictions=False)
     assert earliest_start(job, cap, occupants, now) == ("a", now, (0,))
     assert timeline.earliest_start(job, cap, [], now) == ("a", now, (0,))

@@ -56,6 +56,7 @@ def test_whole_gpu_jobs_are_carried_and_a_fraction_sums_afresh() -> None:
         for i in range(4)
     )
     totals = quota.RunningTotals()
+    assert totals.sync(jobs) is None  # nothing carried over yet: summed afresh
     assert totals.sync(jobs) is not None
     assert totals.sync(jobs[1:]) == ({"t": 3.0}, {("t", "u0"): 1.0, ("t", "u1"): 2.0}, {}, {})
     assert totals.rebuilds == 0
