@@ -22,6 +22,14 @@ from typing import Any
 FULL_COMPUTE = 100
 
 
+def nodes_spanned(gpus: int, gpus_per_node: int) -> int:
+    """How many nodes a job of `gpus` GPUs, `gpus_per_node` on each (0: all on one node),
+    spans: 1 unless it is a multi-node gang."""
+    if gpus_per_node and gpus > gpus_per_node:
+        return gpus // gpus_per_node
+    return 1
+
+
 @dataclass(frozen=True, slots=True)
 class GpuState:
     index: int
@@ -105,9 +113,7 @@ class PendingJob:
     @property
     def nodes(self) -> int:
         """How many nodes the job spans (1 unless it is a multi-node gang)."""
-        if self.gpus_per_node and self.gpus > self.gpus_per_node:
-            return self.gpus // self.gpus_per_node
-        return 1
+        return nodes_spanned(self.gpus, self.gpus_per_node)
 
     @property
     def gpus_on_each_node(self) -> int:
@@ -218,8 +224,8 @@ class Snapshot:
     # unknown. With it, gittins sees each job's size as its limit x GPUs times this ratio.
     limit_ratio_distribution: tuple[float, ...] = ()
     # Relative speed per GPU model learned from finished jobs' runtimes: job class (see
-    # scheduler.policies.gavel.speed_key; "*" for all jobs) -> GPU model -> speed, the
-    # fastest model of a class at 1.0; empty when unknown. Used by gavel.
+    # scheduler.policies.gavel.speed_key) -> GPU model -> speed, the fastest model of a
+    # class at 1.0; empty when unknown. Used by gavel.
     gpu_speeds: Mapping[str, Mapping[str, float]] = field(
         default_factory=lambda: MappingProxyType({})
     )

@@ -12,20 +12,23 @@ the queue per cycle, no per-round leases), so `gavel` is the practical subset:
   pays for itself);
 - each cycle, the jobs at the head of that order that the free GPUs could hold form the
   round; they are assigned to GPU models by a greedy solution of the round's assignment
-  (jobs that lose the most by not getting their best model, relative to that best, choose
-  first; each takes its best model that still has room), which is what maximises the sum
-  of the jobs' relative speeds when every job has the same shape;
+  (Vogel's rule: the job that would lose the most GPU-seconds by not getting its best model
+  with room left, its GPUs x expected runtime x the extra time the next best model takes,
+  chooses first and takes that model);
 - a job is placed on its assigned model when it fits there, else on the next best that
   fits, unless its relative speed there is below settings "gavel_min_speed" (default
   0.25: a job does not start where it would run over 4x slower than on its best model; it
   waits, or preempts, for a better one; 0 makes it work-conserving); jobs past the round
   try their models fastest first.
 
-Speeds come from the snapshot: the job's own (`PendingJob.gpu_speeds`, declared), else
-those learned for its class (job name, else its user) from finished jobs' runtimes per GPU
-model (`Snapshot.gpu_speeds`, built by `SpeedLearner`), else the fleet-wide learned ones
-("*"), else 1.0. Where no job of the round has speeds that differ between the free models,
-`gavel` places exactly as `las` does.
+Speeds come from the snapshot: the job's own (`PendingJob.gpu_speeds`, declared; a model
+it does not name runs it at 1.0), else those learned for its class (job name, else its
+user) from finished jobs' runtimes per GPU model (`Snapshot.gpu_speeds`, built by
+`SpeedLearner`). A model its class has not been learned on counts as speed 0: below
+"gavel_min_speed", so the job waits for a model it is known to run well on rather than
+risk one that may run it 60x slower. A job with neither has no preference and is placed as
+`las` places it (which is how its class gets learned). Where no job of the round has speeds
+that differ between the free models, `gavel` places exactly as `las` does.
 
 Trade-off: faster JCT and more work done on a mixed fleet where jobs differ in their
 speedups; but it needs those speedups (declared, or learned from enough finished jobs of
@@ -56,7 +59,6 @@ MAX_ROUND = 128
 # Relative speed below which a job rather waits for a better model than start (settings
 # "gavel_min_speed"): at most 4x slower than on its best model.
 DEFAULT_MIN_SPEED = 0.25
-ALL = "*"
 
 Speeds = Mapping[str, Mapping[str, float]]
 # (model, speed relative to the job's best model), best first.
@@ -76,8 +78,7 @@ class SpeedLearner:
     taken against its time limit: runtime / limit, whose geometric mean per class and model
     compares the models for that class, assuming people ask limits for the work, not for the
     GPU they will get. The fastest model of a class has speed 1.0; a model needs
-    `min_samples` finished jobs, and a class two such models. The "*" row pools every class.
-    Incremental (`observe`), with the table rebuilt only after a change.
+    `min_samples` finished jobs, and a class two such models. Incremental (`observe`), with the table rebuilt only after a change.
     """
 
     def __init__(self, min_samples: int = MIN_SAMPLES) -> None:
@@ -89,10 +90,9 @@ class SpeedLearner:
         if not model or not (runtime > 0 and limit > 0):
             return
         value = math.log(runtime / limit)
-        for k in (key, ALL):
-            cell = self._sums.setdefault(k, {}).setdefault(model, [0.0, 0.0])
-            cell[0] += value
-            cell[1] += 1
+        cell = self._sums.setdefault(key, {}).setdefault(model, [0.0, 0.0])
+        cell[0] += value
+        cell[1] += 1
         self._table = None
 
     def table(self) -> Speeds:
@@ -110,28 +110,25 @@ class SpeedLearner:
         return self._table
 
 
-def job_speeds(job: PendingJob, table: Speeds, models: tuple[str, ...]) -> dict[str, float]:
-    """The job's speed on each model: declared, else learned for its class, else learned
-    for all jobs, else 1.0."""
-    declared = dict(job.gpu_speeds)
-    row = table.get(speed_key(job.user, job.name)) or {}
-    pooled = table.get(ALL) or {}
-    out = {}
-    for model in models:
-        for source in (declared, row, pooled):
-            speed = source.get(model)
-            if speed is not None and speed > 0:
-                out[model] = float(speed)
-                break
-        else:
-            out[model] = 1.0
-    return out
+def job_speeds(job: PendingJob, table: Speeds, models: tuple[str, ...]) -> dict[str, float] | None:
+    """The job's speed on each model: declared (1.0 on a model it does not name), else
+    learned for its class (0.0 on a model the class has not been learned on); None when
+    neither is known."""
+    if job.gpu_speeds:
+        declared = dict(job.gpu_speeds)
+        return {m: float(declared.get(m, 1.0)) for m in models}
+    row = table.get(speed_key(job.user, job.name))
+    if not row:
+        return None
+    return {m: float(row.get(m, 0.0)) for m in models}
 
 
-def preference(speeds: Mapping[str, float]) -> Preference | None:
+def preference(speeds: Mapping[str, float] | None) -> Preference | None:
     """Models best first with the speed relative to the best; None when all are equal."""
+    if not speeds:
+        return None
     best = max(speeds.values())
-    if min(speeds.values()) == best:
+    if best <= 0 or min(speeds.values()) == best:
         return None
     ranked = sorted(speeds.items(), key=lambda item: (-item[1], item[0]))
     return tuple((model, speed / best) for model, speed in ranked)
@@ -177,8 +174,10 @@ def plan_round(snapshot: Snapshot, ordered: list[PendingJob]) -> dict[int, Prefe
     out: dict[int, Preference] = {}
     waiting = list(range(len(head)))
     while waiting:
-        # Vogel's rule: the job that loses most (relative to its best) if it does not get
-        # its best model among those with room left chooses next; ties in queue order.
+        # Vogel's rule: the job that loses most if it does not get its best model among
+        # those with room left chooses next (ties in queue order). The loss is in GPU-seconds:
+        # its GPUs x its expected runtime x how much longer the next best model takes; a
+        # job with one model left would lose it all.
         pick, pick_key, pick_model = waiting[0], (math.inf, 0), None
         for i in waiting:
             job, pref = head[i]
@@ -186,9 +185,11 @@ def plan_round(snapshot: Snapshot, ordered: list[PendingJob]) -> dict[int, Prefe
             room = [(model, speed) for model, speed in pref if left[model] >= want]
             if not room:
                 key: tuple[float, int] = (1.0, i)
+            elif len(room) == 1:
+                key = (-math.inf, i)
             else:
-                regret = room[0][1] - (room[1][1] if len(room) > 1 else 0.0)
-                key = (-regret, i)
+                stretch = 1.0 / room[1][1] - 1.0 / room[0][1]
+                key = (-stretch * want * max(job.expected_runtime, 1.0), i)
             if key < pick_key:
                 pick, pick_key, pick_model = i, key, room[0][0] if room else None
         waiting.remove(pick)

@@ -3,7 +3,6 @@ the other waiting jobs; speeds declared, learned per job class, or 1.0."""
 
 from __future__ import annotations
 
-import math
 from dataclasses import replace
 
 import pytest
@@ -76,11 +75,21 @@ def test_learned_speeds_stand_in_for_undeclared_ones() -> None:
     base = snap(mixed(), pending)
     plan = get_policy("gavel").schedule(replace(base, gpu_speeds=table))
     assert (model_of(plan, 1), model_of(plan, 2)) == (SLOW, FAST)
-    # The user's row when the job has no name; the pooled row for anyone else.
+    # The user's row when the job has no name.
     nameless = [job(1, user="alice"), job(2, user="bob", submitted=1.0)]
-    learned = {"@alice": dict(A3C), "*": dict(LM)}
+    learned = {"@alice": dict(A3C), "@bob": dict(LM)}
     plan = get_policy("gavel").schedule(replace(snap(mixed(), nameless), gpu_speeds=learned))
     assert (model_of(plan, 1), model_of(plan, 2)) == (SLOW, FAST)
+
+
+def test_a_model_its_class_was_not_learned_on_is_not_risked() -> None:
+    busy = [running(9, "v", (0,))]
+    learned = {"lm": {FAST: 1.0, "P100": 0.7}}
+    s = replace(snap(mixed(1, 1), [job(1, name="lm")], busy), gpu_speeds=learned)
+    assert get_policy("gavel").schedule(s).places == ()
+    # A class not learned at all is placed as las places it.
+    s = replace(snap(mixed(1, 1), [job(1, name="new")], busy), gpu_speeds=learned)
+    assert model_of(get_policy("gavel").schedule(s), 1) == SLOW
 
 
 def test_a_gang_takes_one_model_for_all_its_members() -> None:
@@ -107,8 +116,5 @@ def test_the_learner_compares_runtimes_against_limits_per_class_and_model() -> N
     table = learner.table()
     assert table["train"] == pytest.approx({FAST: 1.0, SLOW: 0.25})
     assert "other" not in table  # one model, one sample: nothing to compare
-    # Pooled: the fast model's mean log ratio takes the other class's run too.
-    fast_mean = (2 * math.log(0.5) + math.log(0.1)) / 3
-    assert table["*"][SLOW] == pytest.approx(math.exp(fast_mean - math.log(2.0)))
     assert learner.table() is table  # cached until the next observation
     assert speed_key("u", "") == "@u" and speed_key("u", "train") == "train"

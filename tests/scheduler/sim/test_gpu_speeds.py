@@ -85,7 +85,6 @@ def test_policies_see_declared_speeds_and_what_finished_jobs_teach() -> None:
         finish_time(state)
     learned = state.snapshot().gpu_speeds
     assert learned["train"] == pytest.approx({"V100": 1.0, "K80": 0.25})
-    assert learned["*"] == pytest.approx({"V100": 1.0, "K80": 0.25})
     hidden = SimState(specs, MIXED, SimConfig(declare_speeds=False))
     hidden.advance(0)
     assert hidden.snapshot().pending[0].gpu_speeds == ()
