@@ -22,16 +22,19 @@ number of nodes:
 - `p[j]` (binary) per job: placed; per job class, placed = put somewhere; per team and
   user, GPU equivalents placed <= headroom.
 
-Objective: maximise the placed value, less a packing term worth less than the least
-valuable job (so it orders plans of equal value and never costs a placement): opening an
-idle node, leaving GPUs free on a node a pattern touches, opening a wholly free GPU to
-fractions, and putting a fraction on a GPU with more free compute all cost a little; using
-GPUs of partly used nodes earns a little. Like fleet's fragmentation-aware placement
-(docs/packing.md) it consolidates onto busy nodes and keeps idle nodes whole.
+Objective: maximise the placed value, less a packing term (`PackingTerm`) scaled so that
+the costliest pattern or fraction is worth half the least valuable job (it orders plans;
+it never costs a placement). With fleet's fragmentation-aware placement (the default) a
+pattern costs the scorer's rise for taking its GPUs on a node with that many free, an
+opened GPU the whole-GPU demand it loses, and a fraction the rise for it on its GPU class,
+so the ILP keeps the free blocks the demand needs as the placement does (docs/packing.md);
+with `placement` "best_fit", fixed costs consolidate onto partly used nodes and GPUs and
+open idle nodes last.
 
-Candidates are bounded: each fraction class sees only the tightest GPU classes that hold
-twice its jobs (and the opened GPUs of each kind it may use); patterns hold at most as many
-parts of a size as there are jobs of that size.
+Candidates are bounded: each fraction class sees only the GPU classes cheapest for the
+packing term (then tightest) that hold CANDIDATE_COVER times its jobs, and the opened GPUs
+of each kind it may use; patterns hold at most as many parts of a size as there are jobs
+of that size.
 
 Limits count work (HiGHS `mip_max_nodes`, `mip_max_leaves`; HiGHS has no deterministic work
 unit yet, and its `simplex_iteration_limit` did not stop a MIP solve in HiGHS 1.16), so the

@@ -3,12 +3,13 @@
 Value is priority/age/team weight times size (see `_values`). The model (`_ilp_model`) works
 over classes of identical capacity (slots of wholly free GPUs of one kind and count, partly
 used GPUs with the same room), so its size follows the distinct shapes of the fleet, not
-its node count; its objective is the placed value less a small packing term (open idle
-nodes and wholly free GPUs last, fill partly used ones first). HiGHS solves it under work
-limits (branch-and-bound nodes and leaves), so a snapshot always gives the same plan; the
-wall-clock limit is a safety net. The answer is decoded onto concrete
-GPUs in name and index order, then any capacity still free is offered to the remaining
-jobs by best fit.
+its node count; its objective is the placed value less a small packing term (the
+fragmentation scorer's rise, as the placement uses; docs/packing.md). HiGHS solves it
+under work limits (branch-and-bound nodes and leaves), so a snapshot always gives the same
+plan; the wall-clock limit is a safety net. Gangs are decoded onto concrete GPUs in name
+and index order; the chosen fractions both on the solver's GPUs and where the placement
+puts them, keeping the decoding that scores higher; then any capacity still free is
+offered to the remaining jobs by best fit.
 
 The plan never falls back silently: when the problem is above the size limits, the solver
 finds no solution within its limits, the plan is greedy's and its notes say why ("ilp: fell
