@@ -10,6 +10,7 @@ from django.db.models.lookups import Exact
 
 from fleet.models.nodes import Node
 from fleet.models.teams import Team
+from scheduler.core.model import nodes_spanned
 
 PRIORITY_MIN = -100
 PRIORITY_MAX = 100
@@ -219,9 +220,7 @@ class Job(models.Model):
     @property
     def nodes(self) -> int:
         """How many nodes the job spans (1 unless it is a multi-node gang)."""
-        if self.gpus_per_node and self.gpus > self.gpus_per_node:
-            return self.gpus // self.gpus_per_node
-        return 1
+        return nodes_spanned(self.gpus, self.gpus_per_node)
 
     @property
     def is_gang(self) -> bool:

@@ -17,6 +17,7 @@ from typing import Any
 
 import numpy as np
 
+from scheduler.core.model import nodes_spanned
 from scheduler.sim.metrics import SLOWDOWN_FLOOR_S, jain
 from scheduler.sim.sources import FLEET_COLUMNS
 
@@ -62,9 +63,8 @@ class RecordedJob:
 
     @property
     def nodes(self) -> int:
-        if self.gpus_per_node and self.gpus > self.gpus_per_node:
-            return self.gpus // self.gpus_per_node
-        return 1
+        """How many nodes the job spans (1 unless it is a multi-node gang)."""
+        return nodes_spanned(self.gpus, self.gpus_per_node)
 
     @property
     def gpu_equivalent(self) -> float:

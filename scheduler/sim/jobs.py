@@ -22,6 +22,8 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from scheduler.core.model import nodes_spanned
+
 # Values people type into a time-limit field, in seconds: 5, 10, 15, 30 minutes, 1, 2, 3, 4,
 # 6, 8, 12 hours, 1, 2, 3 days, 1, 2 weeks, 30 days. Above that, whole days.
 COMMON_LIMITS = tuple(
@@ -68,9 +70,7 @@ class JobSpec:
     @property
     def nodes(self) -> int:
         """How many nodes the job spans (1 unless it is a multi-node gang)."""
-        if self.gpus_per_node and self.gpus > self.gpus_per_node:
-            return self.gpus // self.gpus_per_node
-        return 1
+        return nodes_spanned(self.gpus, self.gpus_per_node)
 
     @property
     def gpus_on_each_node(self) -> int:
