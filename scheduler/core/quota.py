@@ -187,7 +187,8 @@ class RunningTotals:
         if len(now) != len(running):
             self._reset()
             return None
-        if not any(now.get(k) is r for k, r in jobs.items()):
+        # (The objects of the last call are held, so a shared id is a shared object.)
+        if now.keys().isdisjoint(jobs):
             # None of the last call's jobs is left: a driver that builds new objects every
             # cycle (production) would pay for a rebuild every cycle, so the ledger sums
             # afresh; the totals are built on the first call that finds jobs of the last.

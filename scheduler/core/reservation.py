@@ -108,7 +108,8 @@ class ReleaseTimeline:
         if len(now_jobs) != len(running):
             self._jobs, self._gpus, self._sorted, self._built = {}, {}, [], False
             return False
-        if not any(now_jobs.get(k) is r for k, r in jobs.items()):
+        # (The objects of the last call are held, so a shared id is a shared object.)
+        if now_jobs.keys().isdisjoint(jobs):
             if self._built or jobs:
                 self.rebuilds += 1
             self._jobs, self._gpus, self._sorted, self._built = now_jobs, {}, [], False

@@ -23,6 +23,7 @@ priority_reservation True, priority_reservation_after 0.
 
 from __future__ import annotations
 
+from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -190,7 +191,7 @@ class _QueueRows:
     """
 
     def __init__(self) -> None:
-        self.builds = 0  # syncs that kept no row (for tests and benches)
+        self.builds = 0  # times the rows were built (for tests and benches)
         self._reset()
 
     def _reset(self) -> None:
@@ -202,20 +203,30 @@ class _QueueRows:
         self.keys: dict[tuple[str, str], int] = {}  # (team, qos) -> key
         self.key_list: list[tuple[str, str]] = []
         self.key_count: list[int] = []
+        # The queue of the last call while no rows are built (held, so ids stay unique).
+        self._last: dict[int, PendingJob] = {}
 
     def sync(self, pending: tuple[PendingJob, ...]) -> bool:
         """Bring the rows up to this queue; False when the plain path must answer."""
         now = dict(zip(map(id, pending), pending, strict=True))
         if len(now) != len(pending):
+            self._reset()
             return False
         slot, jobs = self.slot, self.jobs
-        gone = [k for k in slot.keys() - now.keys()]
-        if len(gone) == len(slot) and slot:
-            # None of them is left (production builds new objects every cycle).
-            self._reset()
-            slot, jobs, gone = self.slot, self.jobs, []
         if not slot:
+            # Rows are built on the first call that finds jobs of the last one: a driver
+            # that builds new objects every cycle (production) sorts the plain way.
+            # (The objects of the last call are held, so a shared id is a shared object.)
+            last, self._last = self._last, now
+            if now.keys().isdisjoint(last):
+                return not pending
             self.builds += 1
+        gone = slot.keys() - now.keys()
+        if slot and len(gone) == len(slot):
+            # None of them is left: back to sorting the plain way until objects carry over.
+            self._reset()
+            self._last = now
+            return not pending
         for k in gone:
             row = slot.pop(k)
             job = jobs[row]
@@ -225,13 +236,13 @@ class _QueueRows:
             self.live[row] = False
             self.key_count[int(self.cols[5, row])] -= 1
         added = [now[k] for k in now.keys() - slot.keys()]
-        for job in added:
-            if job.id in self.job_ids:
-                self._reset()
-                return False
-            self.job_ids.add(job.id)
         if not added:
             return True
+        ids = [j.id for j in added]
+        if len(set(ids)) != len(ids) or not self.job_ids.isdisjoint(ids):
+            self._reset()
+            return False
+        self.job_ids.update(ids)
         if len(jobs) + len(added) > self.cols.shape[1]:
             self._grow(len(added))
             slot, jobs = self.slot, self.jobs
@@ -239,24 +250,18 @@ class _QueueRows:
         slot.update(zip(map(id, added), range(start, start + len(added)), strict=True))
         jobs.extend(added)
         keys, key_list, key_count = self.keys, self.key_list, self.key_count
-        for job in added:
-            key = keys.get((job.team, job.qos))
+        pairs = [(j.team, j.qos) for j in added]
+        for pair, count in Counter(pairs).items():
+            key = keys.get(pair)
             if key is None:
-                key = keys[(job.team, job.qos)] = len(key_list)
-                key_list.append((job.team, job.qos))
+                key = keys[pair] = len(key_list)
+                key_list.append(pair)
                 key_count.append(0)
-            key_count[key] += 1
+            key_count[key] += count
         block = np.array(
             [
-                (
-                    j.submitted_at,
-                    j.gpus,
-                    j.gpu_compute_percent or 0,
-                    j.id,
-                    j.priority,
-                    keys[(j.team, j.qos)],
-                )
-                for j in added
+                (j.submitted_at, j.gpus, j.gpu_compute_percent or 0, j.id, j.priority, keys[p])
+                for j, p in zip(added, pairs, strict=True)
             ],
             float,
         ).reshape(len(added), 6)

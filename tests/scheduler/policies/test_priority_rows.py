@@ -73,18 +73,28 @@ def test_a_queue_with_a_job_twice(snapshot: Snapshot) -> None:
 def test_an_id_twice_is_left_to_the_plain_path() -> None:
     jobs = tuple(PendingJob(i, "t", "u", float(i), 60.0) for i in range(1, 4))
     snapshot = Snapshot(now=100.0, nodes=(), pending=jobs)
+    priority._ROWS.sync(jobs)
     assert priority._ROWS.sync(jobs)
     twin = replace(jobs[0], priority=5)
     assert not priority._ROWS.sync((*jobs, twin))
     assert priority_order(snapshot) == _plain(snapshot)
 
 
-def test_rows_are_kept_for_the_same_objects() -> None:
+def test_rows_are_built_once_objects_carry_over() -> None:
     jobs = tuple(PendingJob(i, "t", "u", float(i), 60.0) for i in range(1, 6))
     snapshot = Snapshot(now=100.0, nodes=(), pending=jobs)
     priority_order(snapshot)
+    priority_order(snapshot)
     builds = priority._ROWS.builds
-    priority_order(replace(snapshot, pending=jobs[1:], now=160.0))
+    assert priority._ROWS.sync(jobs[1:])
     assert priority._ROWS.builds == builds
-    priority_order(replace(snapshot, pending=tuple(replace(j) for j in jobs)))
+    # New objects every cycle (as production builds them): sorted the plain way, no rows.
+    fresh = tuple(replace(j) for j in jobs)
+    assert not priority._ROWS.sync(fresh)
+    assert not priority._ROWS.sync(tuple(replace(j) for j in jobs))
+    assert priority._ROWS.builds == builds
+    # The same objects again: the rows are built.
+    again = tuple(replace(j) for j in jobs)
+    priority._ROWS.sync(again)
+    assert priority._ROWS.sync(again)
     assert priority._ROWS.builds == builds + 1
