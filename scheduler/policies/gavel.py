@@ -182,7 +182,7 @@ def plan_round(snapshot: Snapshot, ordered: list[PendingJob]) -> dict[int, Prefe
         for i in waiting:
             job, pref = head[i]
             want = _need(job)
-            room = [(model, speed) for model, speed in pref if left[model] >= want]
+            room = [(model, speed) for model, speed in pref if speed > 0 and left[model] >= want]
             if not room:
                 key: tuple[float, int] = (1.0, i)
             elif len(room) == 1:

@@ -87,6 +87,9 @@ def test_a_model_its_class_was_not_learned_on_is_not_risked() -> None:
     learned = {"lm": {FAST: 1.0, "P100": 0.7}}
     s = replace(snap(mixed(1, 1), [job(1, name="lm")], busy), gpu_speeds=learned)
     assert get_policy("gavel").schedule(s).places == ()
+    # Two waiting jobs in one round: the unlearned model is nobody's choice.
+    two = [job(1, name="lm"), job(2, name="lm", submitted=1.0)]
+    assert get_policy("gavel").schedule(replace(snap(mixed(2, 1), two), gpu_speeds=learned)).places
     # A class not learned at all is placed as las places it.
     s = replace(snap(mixed(1, 1), [job(1, name="new")], busy), gpu_speeds=learned)
     assert model_of(get_policy("gavel").schedule(s), 1) == SLOW
