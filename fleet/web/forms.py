@@ -180,6 +180,7 @@ POLICY_GROUPS: dict[str, tuple[str, ...]] = {
     "backfill": ("priority",),
     "las": ("las",),
     "gittins": ("gittins",),
+    "gittins-tiers": ("gittins", "priority"),
     "tiresias": ("tiresias",),
     "gavel": ("las", "gavel"),
     "greedy": ("packing",),
