@@ -90,7 +90,7 @@ def test_policies_see_declared_speeds_and_what_finished_jobs_teach() -> None:
     assert hidden.snapshot().pending[0].gpu_speeds == ()
 
 
-def test_speeds_are_read_from_csv_traces(tmp_path: Path) -> None:
+def test_speeds_are_read_from_csv_and_json_traces(tmp_path: Path) -> None:
     path = tmp_path / "jobs.csv"
     path.write_text("submit,duration,gpus,team,speeds\n0,100,1,a,V100=1.0;K80=0.3\n5,100,1,a,\n")
     jobs = load_jobs(path)
@@ -100,6 +100,9 @@ def test_speeds_are_read_from_csv_traces(tmp_path: Path) -> None:
     path.write_text("submit,duration,gpus,team,speeds\n0,100,1,a,V100=fast\n")
     with pytest.raises(ValueError, match="MODEL=SPEED"):
         load_jobs(path)
+    json_path = tmp_path / "jobs.json"
+    json_path.write_text('[{"submit": 0, "duration": 10, "gpus": 1, "speeds": {"K80": 0.5}}]')
+    assert load_jobs(json_path)[0].speeds == (("K80", 0.5),)
 
 
 def test_assigned_speeds_follow_the_table_and_the_seed() -> None:
