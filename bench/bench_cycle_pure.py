@@ -107,12 +107,15 @@ def build_snapshot(nodes: int = 1000, pending: int = 10_000, seed: int = 1) -> S
             )
         else:
             jobs.append(PendingJob(gpus=rng.choice((1, 1, 1, 2, 2, 4, 8)), **common))
+    # Guarantees, hard limits and user caps grow with the fleet (400, 2,000 and 64 GPUs at
+    # 1,000 nodes), so a larger fleet is not all over its teams' limits.
+    scale = max(nodes, 1) / 1000
     teams = {
         t: TeamState(
             t,
-            guaranteed_gpus=400,
-            hard_limit_gpus=2000,
-            user_gpu_cap=64,
+            guaranteed_gpus=round(400 * scale),
+            hard_limit_gpus=round(2000 * scale),
+            user_gpu_cap=round(64 * scale),
             priority_weight=rng.choice((1.0, 2.0)),
             fairshare_weight=rng.choice((1.0, 2.0, 3.0)),
             decayed_usage=rng.uniform(0, 1e7),
