@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from scheduler.core.model import FULL_COMPUTE, GpuState, NodeState
+from scheduler.core.model import FULL_COMPUTE, GpuState, NodeState, nodes_spanned
 
 Kind = tuple[str, int]
 
@@ -169,10 +169,7 @@ def per_node_gpus(job: Any) -> int:
 
 def node_count(job: Any) -> int:
     """How many nodes the job spans."""
-    per = getattr(job, "gpus_per_node", 0)
-    if per and job.gpus > per:
-        return int(job.gpus // per)
-    return 1
+    return nodes_spanned(int(job.gpus), getattr(job, "gpus_per_node", 0) or 0)
 
 
 def host_request(job: Any) -> tuple[int, int]:

@@ -16,7 +16,7 @@ from collections.abc import Iterable
 from typing import Any
 
 from scheduler.core._capacity_index import host_request, node_count, per_node_gpus
-from scheduler.core.model import FULL_COMPUTE, NodeState, TeamState
+from scheduler.core.model import FULL_COMPUTE, NodeState, TeamState, is_mig_device
 from scheduler.core.quota import host_share
 
 
@@ -68,6 +68,20 @@ class FleetProfile:
         of_model = {
             k: n for k, n in self.kinds.items() if job.gpu_model is None or k[0] == job.gpu_model
         }
+        if job.gpus and per_node_gpus(job) > 1:
+            # A CUDA process uses one MIG device: several on a node are no use to one job.
+            of_model = {k: n for k, n in of_model.items() if not is_mig_device(k[0])}
+            if not of_model:
+                what = (
+                    f"{job.gpu_model} is a MIG device"
+                    if job.gpu_model
+                    else ("every GPU of the fleet is a MIG device")
+                )
+                return (
+                    f"needs {per_node_gpus(job)} GPUs on one node, and {what}, of which a job "
+                    "can use only one per node; ask for 1 GPU per node (gpus_per_node 1) or "
+                    "for a whole-GPU model"
+                )
         label = f"{job.gpu_model} " if job.gpu_model else ""
         largest = max(mem for _, mem in of_model)
         if job.min_gpu_memory_mb is not None and job.min_gpu_memory_mb > largest:

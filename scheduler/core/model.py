@@ -22,6 +22,13 @@ from typing import Any
 FULL_COMPUTE = 100
 
 
+def is_mig_device(model: str) -> bool:
+    """Whether a GPU model names a MIG device ("A100-80GB MIG 3g.40gb", as agents report
+    them: docs/mig.md). A CUDA process uses one MIG device, so a job that needs several
+    GPUs on one node cannot run on MIG devices."""
+    return " MIG " in f" {model} "
+
+
 def nodes_spanned(gpus: int, gpus_per_node: int) -> int:
     """How many nodes a job of `gpus` GPUs, `gpus_per_node` on each (0: all on one node),
     spans: 1 unless it is a multi-node gang."""

@@ -62,7 +62,14 @@ from scheduler.core.fragmentation import (
     choose_whole,
     demand_of_snapshot,
 )
-from scheduler.core.model import FULL_COMPUTE, GpuState, Member, NodeState, Snapshot
+from scheduler.core.model import (
+    FULL_COMPUTE,
+    GpuState,
+    Member,
+    NodeState,
+    Snapshot,
+    is_mig_device,
+)
 
 Choice = tuple[str, tuple[int, ...]]
 Members = tuple[Member, ...]
@@ -135,7 +142,7 @@ class FreeCapacity:
                 if count > per_node.get(kind, 0):
                     per_node[kind] = count
         self._kinds = {k: _KindIndex(k[0], k[1], m) for k, m in per_node.items()}
-        self._eligible_cache: dict[tuple[str | None, int], list[_KindIndex]] = {}
+        self._eligible_cache: dict[tuple[str | None, int, bool], list[_KindIndex]] = {}
         self._fails: set[tuple[Any, ...]] = set()
         self._roomiest: dict[tuple[Any, ...], tuple[int, Any]] = {}
         self.version = 0
@@ -186,6 +193,8 @@ class FreeCapacity:
     def _kind_ok(job: Any, model: str, memory_mb: int) -> bool:
         if job.gpu_model is not None and job.gpu_model != model:
             return False
+        if _several_per_node(job) and is_mig_device(model):
+            return False
         if job.min_gpu_memory_mb is not None and memory_mb < job.min_gpu_memory_mb:
             return False
         if job.gpus == 0 and memory_mb < (job.gpu_memory_mb or 0):
@@ -193,20 +202,23 @@ class FreeCapacity:
         return True
 
     @staticmethod
-    def _kinds_key(job: Any) -> tuple[str | None, int]:
-        """What decides which GPU kinds a job may use: its model and memory needs."""
+    def _kinds_key(job: Any) -> tuple[str | None, int, bool]:
+        """What decides which GPU kinds a job may use: its model and memory needs, and
+        whether it needs several GPUs on one node (no MIG devices then)."""
         need = max(job.min_gpu_memory_mb or 0, 0 if job.gpus else job.gpu_memory_mb or 0)
-        return (job.gpu_model, need)
+        return (job.gpu_model, need, _several_per_node(job))
 
     def _eligible_kinds(self, job: Any) -> list[_KindIndex]:
         key = self._kinds_key(job)
-        need = key[1]
+        need, several = key[1], key[2]
         kinds = self._eligible_cache.get(key)
         if kinds is None:
             kinds = [
                 ki
                 for ki in self._kinds.values()
-                if (job.gpu_model is None or ki.model == job.gpu_model) and ki.memory_mb >= need
+                if (job.gpu_model is None or ki.model == job.gpu_model)
+                and ki.memory_mb >= need
+                and not (several and is_mig_device(ki.model))
             ]
             self._eligible_cache[key] = kinds
         return kinds
@@ -844,3 +856,8 @@ def spread(
         if len(picks) >= need:
             break
     return groups, picks
+
+
+def _several_per_node(job: Any) -> bool:
+    """Whether the job needs more than one GPU on some node."""
+    return per_node_gpus(job) > 1
