@@ -48,6 +48,7 @@ from scheduler.core.reservation import (
 from scheduler.policies.cycle_parts import HeldReservation, QueueRest
 
 VictimRule = Callable[[PendingJob, RunningJob], str | None]
+VictimFilter = Callable[[PendingJob, list[RunningJob]], Iterable[int]]
 
 
 @lru_cache(maxsize=1 << 16)
@@ -70,6 +71,7 @@ class Cycle:
         preempt: bool = True,
         victim_rule: VictimRule | None = None,
         rule_key: Callable[[PendingJob], Any] | None = None,
+        victim_filter: VictimFilter | None = None,
     ) -> None:
         self.snapshot = snapshot
         self.now = snapshot.now
@@ -87,6 +89,9 @@ class Cycle:
         self.victim_rule = victim_rule
         # What, beyond shape, team and QoS, decides which victims victim_rule allows.
         self.rule_key = rule_key
+        # Positions, in the preemptible list, of every victim victim_rule may allow (more is
+        # fine, never fewer): the rule is asked about those only.
+        self.victim_filter = victim_filter
         self.places: list[Place] = []
         self.preempts: list[Preempt] = []
         self.reserves: list[Reserve] = []
@@ -384,7 +389,11 @@ class Cycle:
         )
         job_rank = qos_rank(job.qos, self.settings)
         reasons: dict[int, str] = {}
-        for victim in self._preemptible:
+        candidates = self._preemptible
+        if self.victim_filter is not None and not borrowers and not self._qos_on:
+            # Only the rule can allow a victim here, so only its candidates are asked.
+            candidates = [candidates[i] for i in self.victim_filter(job, candidates)]
+        for victim in candidates:
             why = self._victim_reason(job, victim, borrowers, job_rank)
             if why is not None:
                 reasons[victim.id] = why

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any
+
+import numpy as np
 
 from scheduler.core.model import PendingJob, Plan, RunningJob, Snapshot
 from scheduler.core.preemption import PreemptionCost, mean_residual
@@ -135,6 +137,26 @@ class GittinsPolicy(PreemptivePolicy):
         victim_left: dict[int, tuple[float, float]] = {}
         weight = costs.cost_weight
 
+        def job_left(job: PendingJob) -> float:
+            left = pending_left.get(job.id)
+            if left is None:
+                left = pending_left[job.id] = remaining(
+                    job.attained_service, job.time_limit, job.gpu_equivalent
+                )
+            return left
+
+        def victim_known(victim: RunningJob) -> tuple[float, float]:
+            known = victim_left.get(victim.id)
+            if known is None:
+                ran = max(now - victim.started_at, 0.0) * victim.gpu_equivalent
+                known = victim_left[victim.id] = (
+                    remaining(
+                        victim.attained_service + ran, victim.time_limit, victim.gpu_equivalent
+                    ),
+                    weight * costs.gpu_seconds(victim, now),
+                )
+            return known
+
         def victim_rule(job: PendingJob, victim: RunningJob) -> str | None:
             if now - victim.started_at < min_slice:
                 return None
@@ -145,27 +167,35 @@ class GittinsPolicy(PreemptivePolicy):
                 return None  # its tier goes first
             pays = ""
             if check_gain:
-                left = pending_left.get(job.id)
-                if left is None:
-                    left = pending_left[job.id] = remaining(
-                        job.attained_service, job.time_limit, job.gpu_equivalent
-                    )
-                known = victim_left.get(victim.id)
-                if known is None:
-                    ran = max(now - victim.started_at, 0.0) * victim.gpu_equivalent
-                    known = victim_left[victim.id] = (
-                        remaining(
-                            victim.attained_service + ran,
-                            victim.time_limit,
-                            victim.gpu_equivalent,
-                        ),
-                        weight * costs.gpu_seconds(victim, now),
-                    )
-                other, cost = known
+                left = job_left(job)
+                other, cost = victim_known(victim)
                 if not left + cost < other:
                     return None
                 pays = f"; {costs.pays(left, other, victim, now)}"
             return f"Gittins index {_fmt(mine)} beats {_fmt(theirs)} by more than {margin:g}x{pays}"
+
+        # The rule's numeric tests over all victims at once (numpy, the same float
+        # operations), so a long queue does not ask the rule about every pair: a waiting
+        # job that does not fit is weighed against thousands of running jobs.
+        columns: dict[str, Any] = {}
+
+        def victim_filter(job: PendingJob, victims: list[RunningJob]) -> Iterable[int]:
+            if columns.get("of") is not victims:
+                started = np.fromiter((v.started_at for v in victims), float, len(victims))
+                theirs = np.fromiter((running_of[v.id] for v in victims), float, len(victims))
+                columns.update(
+                    of=victims,
+                    young=(now - started) < min_slice,
+                    bound=theirs * (1.0 + margin),
+                )
+                if check_gain:
+                    known = [victim_known(v) for v in victims]
+                    columns["other"] = np.fromiter((k[0] for k in known), float, len(victims))
+                    columns["cost"] = np.fromiter((k[1] for k in known), float, len(victims))
+            keep = ~columns["young"] & ~(pending_index[job.id] <= columns["bound"])
+            if check_gain:
+                keep &= (job_left(job) + columns["cost"]) < columns["other"]
+            return np.flatnonzero(keep).tolist()
 
         preempt = bool(snapshot.settings.get("gittins_preemption", True))
         if tiers is None:
@@ -186,6 +216,9 @@ class GittinsPolicy(PreemptivePolicy):
             preempt=True,
             victim_rule=victim_rule if preempt else None,
             rule_key=rule_key,
+            # settings "fast_paths" false: the rule alone, the reference the filter is
+            # tested against.
+            victim_filter=victim_filter if snapshot.settings.get("fast_paths", True) else None,
         )
         cycle.consider_all(order)
         notes = (

@@ -32,7 +32,7 @@ from scheduler.policies.priority import priority_order, priority_scores
 from tests.scheduler.invariants import assert_plan_valid
 from tests.scheduler.policies.strategies import snapshots
 
-NAMES = ["fcfs", "priority", "sjf", "fairshare", "backfill", "las"]
+NAMES = ["fcfs", "priority", "sjf", "fairshare", "backfill", "las", "gittins", "gittins-tiers"]
 CHECKS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
 

@@ -37,11 +37,13 @@ def test_plans_are_feasible(name: str, snapshot: Snapshot) -> None:
 @SETTINGS
 @given(snapshot=snapshots())
 def test_ilp_model_is_exact(snapshot: Snapshot) -> None:
-    """The solver's optimum is never below greedy over the jobs in the solver's model (the
-    model's reductions lose no plan), and every solver choice maps onto free GPUs (the model
-    allows nothing infeasible). Jobs outside the model (several nodes, host CPUs or memory)
-    are placed by best fit after the solver, so greedy is compared without them. Without
-    the packing term the objective is the placed value."""
+    """Every solver choice maps onto free GPUs (the model allows nothing infeasible), the
+    objective without the packing term is the placed value, and the plan is never below
+    greedy's over the jobs in the solver's model. The solver's own optimum may be: each
+    fraction sees a bounded set of candidate GPU groups, which can cut the plan greedy
+    finds, and the policy then keeps greedy's plan and says so. Jobs outside the model
+    (several nodes, host CPUs or memory) are placed by best fit after the solver, so
+    greedy is compared without them."""
     values = job_values(snapshot, {})
     cap = FreeCapacity.from_snapshot(snapshot)
     in_model = tuple(j for j in snapshot.pending if not _outside_model(j, cap))
@@ -53,5 +55,6 @@ def test_ilp_model_is_exact(snapshot: Snapshot) -> None:
     if last is not None and last.status == "optimal" and last.objective is not None:
         assert last.value is not None
         assert abs(last.objective - last.value) < 1e-6
-        assert last.objective >= plan_value(greedy, values) - 1e-6
         assert plan_value(plan, values) >= plan_value(greedy, values) - 1e-6
+        if last.objective < plan_value(greedy, values) - 1e-6:
+            assert any("kept greedy's plan" in n for n in plan.notes), plan.notes
