@@ -151,13 +151,20 @@ _SHAPES: dict[int, tuple[Any, DemandShape]] = {}
 _SHAPES_MAX = 1 << 16
 
 
+# One object per distinct shape, so a sample is counted by object identity (hashing the
+# dataclass for every sampled job was most of what a cycle spent on the demand).
+_INTERNED: dict[DemandShape, DemandShape] = {}
+
+
 def _cached_shape(job: Any) -> DemandShape:
     found = _SHAPES.get(id(job))
     if found is not None and found[0] is job:
         return found[1]
     if len(_SHAPES) >= _SHAPES_MAX:
         _SHAPES.clear()
-    shape = shape_of(job)
+        _INTERNED.clear()  # equal shapes of two objects are still merged by normalize
+    made = shape_of(job)
+    shape = _INTERNED.setdefault(made, made)
     _SHAPES[id(job)] = (job, shape)
     return shape
 
@@ -167,8 +174,10 @@ def demand_from_jobs(jobs: Sequence[Any], sample: int = MAX_SAMPLE) -> Demand:
     if not jobs:
         return DEFAULT_DEMAND
     step = max(1, len(jobs) // sample)
-    counts = Counter(_cached_shape(j) for j in jobs[::step])
-    return normalize((s, float(c)) for s, c in counts.items())
+    shapes = list(map(_cached_shape, jobs[::step]))
+    counts = Counter(map(id, shapes))
+    by_id = dict(zip(map(id, shapes), shapes, strict=True))
+    return normalize((by_id[key], float(c)) for key, c in counts.items())
 
 
 def blend(older: Demand, newer: Demand, keep: float) -> Demand:
