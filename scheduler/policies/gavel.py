@@ -39,14 +39,12 @@ only when a preemption requeues it), and on a fleet of one model it is `las`.
 from __future__ import annotations
 
 import math
-from bisect import bisect_right
 from collections.abc import Mapping
 from dataclasses import replace
 from types import MappingProxyType
 from typing import Any
 
-from scheduler.core.model import PendingJob, Plan, RunningJob, Snapshot
-from scheduler.core.preemption import PreemptionCost, mean_residual
+from scheduler.core.model import PendingJob, Plan, Snapshot
 from scheduler.policies.base import Cycle
 from scheduler.policies.las import LasPolicy
 
@@ -264,45 +262,12 @@ class GavelPolicy(LasPolicy):
     def schedule(self, snapshot: Snapshot) -> Plan:
         # The victim rule is las's (scheduler/policies/las.py), with the cycle that places
         # by speed.
-        bounds = self._thresholds(snapshot)
-        now = snapshot.now
         min_speed = self.min_speed
         if min_speed is None:
             value = snapshot.settings.get("gavel_min_speed")
             min_speed = DEFAULT_MIN_SPEED if value is None else float(value)
 
-        def running_queue(job: RunningJob) -> int:
-            attained = job.attained_service + max(now - job.started_at, 0.0) * job.gpu_equivalent
-            return bisect_right(bounds, attained)
-
-        queue_of = {r.id: running_queue(r) for r in snapshot.running}
-
-        def pending_queue(job: PendingJob) -> int:
-            return bisect_right(bounds, job.attained_service)
-
-        costs = PreemptionCost.from_settings(snapshot.settings)
-        check_gain = bool(snapshot.settings.get("preemption_gain_check", True))
-        atoms = tuple(sorted(snapshot.service_distribution))
-        victim_left: dict[int, float] = {}
-
-        def victim_rule(job: PendingJob, victim: RunningJob) -> str | None:
-            if queue_of[victim.id] <= pending_queue(job):
-                return None
-            why = (
-                f"least attained service: it is in queue {queue_of[victim.id] + 1}, "
-                f"job {job.id} in queue {pending_queue(job) + 1}"
-            )
-            if not check_gain:
-                return why
-            theirs = victim_left.get(victim.id)
-            if theirs is None:
-                ran = max(now - victim.started_at, 0.0) * victim.gpu_equivalent
-                theirs = victim_left[victim.id] = mean_residual(
-                    atoms, victim.attained_service + ran
-                )
-            pays = costs.pays(mean_residual(atoms, job.attained_service), theirs, victim, now)
-            return None if pays is None else f"{why}; {pays}"
-
+        victim_rule, rule_key = self.queue_victims(snapshot)
         ordered = self.order(snapshot)
         planned = plan_round(snapshot, ordered)
         preempt = bool(snapshot.settings.get("las_preemption", True))
@@ -313,9 +278,7 @@ class GavelPolicy(LasPolicy):
             min_speed=min_speed,
             preempt=True,
             victim_rule=victim_rule if preempt else None,
-            rule_key=(lambda j: (pending_queue(j), j.attained_service))
-            if check_gain
-            else pending_queue,
+            rule_key=rule_key,
         )
         cycle.consider_all(ordered)
         notes = (

@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 from bisect import bisect_right
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from scheduler.core.model import PendingJob, Plan, RunningJob, Snapshot
 from scheduler.core.preemption import PreemptionCost, mean_residual
-from scheduler.policies.base import Cycle, cycle_may_preempt
+from scheduler.policies.base import Cycle, VictimRule, cycle_may_preempt
 from scheduler.policies.preemptive import PreemptivePolicy
 
 # GPU-seconds of attained service at which a job drops to the next queue: 1, 10, 100 GPU-hours.
@@ -56,7 +56,10 @@ class LasPolicy(PreemptivePolicy):
             key=lambda j: (bisect_right(bounds, j.attained_service), j.submitted_at, j.id),
         )
 
-    def schedule(self, snapshot: Snapshot) -> Plan:
+    def queue_victims(self, snapshot: Snapshot) -> tuple[VictimRule, Callable[[PendingJob], Any]]:
+        """The rule for preempting by queue, and what decides which victims it allows for a
+        waiting job (Cycle's rule_key): its queue, and its attained service where the gain
+        is checked."""
         bounds = self._thresholds(snapshot)
         now = snapshot.now
 
@@ -92,16 +95,20 @@ class LasPolicy(PreemptivePolicy):
             pays = costs.pays(mean_residual(atoms, job.attained_service), theirs, victim, now)
             return None if pays is None else f"{why}; {pays}"
 
+        # The gain check reads the job's attained service, not only its queue.
+        if check_gain:
+            return victim_rule, lambda j: (pending_queue(j), j.attained_service)
+        return victim_rule, pending_queue
+
+    def schedule(self, snapshot: Snapshot) -> Plan:
+        victim_rule, rule_key = self.queue_victims(snapshot)
         preempt = bool(snapshot.settings.get("las_preemption", True))
         cycle = Cycle(
             snapshot,
             self.name,
             preempt=True,
             victim_rule=victim_rule if preempt else None,
-            # The gain check reads the job's attained service, not only its queue.
-            rule_key=(lambda j: (pending_queue(j), j.attained_service))
-            if check_gain
-            else pending_queue,
+            rule_key=rule_key,
         )
         cycle.consider_all(self.order(snapshot))
         return cycle.plan()
