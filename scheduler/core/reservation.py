@@ -16,7 +16,7 @@ import heapq
 import itertools
 import math
 from bisect import bisect_left, insort
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import Any
 
@@ -178,14 +178,7 @@ class ReleaseTimeline:
         """What `earliest_start(job, cap, running occupants + placed, now)` gives, for a
         one-node job of whole GPUs that host CPUs and memory do not bind (`handles`);
         looks only at the releases until the job fits."""
-        kind_ok: dict[tuple[str, int], bool] = {}
-
-        def eligible(node: str, gpu: Any) -> bool:
-            key = (gpu.model, gpu.memory_mb)
-            ok = kind_ok.get(key)
-            if ok is None:
-                ok = kind_ok[key] = cap.eligible(job, node, gpu)
-            return ok
+        eligible = kind_eligibility(job, cap)
 
         ready: dict[tuple[str, str, int], list[int]] = {}
         filled: set[str] = set()
@@ -321,11 +314,9 @@ def earliest_start(
     return best
 
 
-def _gang_sweep(
-    job: Any, cap: FreeCapacity, occupants: list[Occupant], now: float
-) -> tuple[str, float, tuple[int, ...]] | None:
-    """Walk GPU release times in order, counting wholly free GPUs per node and kind, until
-    some node holds the gang: O(busy GPUs log busy GPUs), not a pass per node."""
+def kind_eligibility(job: Any, cap: FreeCapacity) -> Callable[[str, Any], bool]:
+    """Whether a GPU's model and memory suit the job, asked of `cap` once per kind (model,
+    memory)."""
     kind_ok: dict[tuple[str, int], bool] = {}
 
     def eligible(node: str, gpu: Any) -> bool:
@@ -334,6 +325,16 @@ def _gang_sweep(
         if ok is None:
             ok = kind_ok[key] = cap.eligible(job, node, gpu)
         return ok
+
+    return eligible
+
+
+def _gang_sweep(
+    job: Any, cap: FreeCapacity, occupants: list[Occupant], now: float
+) -> tuple[str, float, tuple[int, ...]] | None:
+    """Walk GPU release times in order, counting wholly free GPUs per node and kind, until
+    some node holds the gang: O(busy GPUs log busy GPUs), not a pass per node."""
+    eligible = kind_eligibility(job, cap)
 
     ready: dict[tuple[str, str, int], list[int]] = {}
     for node in cap.node_names():
@@ -377,10 +378,7 @@ def _gang_sweep(
         held = gpus.get(idx)
         if held is None:
             continue
-        ok = kind_ok.get((held.model, held.memory_mb))
-        if ok is None:
-            ok = eligible(node, held)
-        if not ok:
+        if not eligible(node, held):
             continue
         if where not in gang:
             mem, comp = cap.free_on(node, idx)
@@ -443,14 +441,7 @@ def earliest_start_members(
     need, per = node_count(job), per_node_gpus(job)
     cpus, ram = host_request(job)
     same_group = bool(getattr(job, "same_group", False))
-    kind_ok: dict[tuple[str, int], bool] = {}
-
-    def eligible(node: str, gpu: Any) -> bool:
-        key = (gpu.model, gpu.memory_mb)
-        ok = kind_ok.get(key)
-        if ok is None:
-            ok = kind_ok[key] = cap.eligible(job, node, gpu)
-        return ok
+    eligible = kind_eligibility(job, cap)
 
     # Free now: wholly free eligible GPUs per (node, kind), host per node.
     free: dict[tuple[str, tuple[str, int]], list[int]] = {}
