@@ -3,12 +3,30 @@ a stranger in no team, and staff. Each comes with an API client holding their to
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
 from rest_framework.test import APIClient
 
 from tests.factories import GpuFactory, MembershipFactory, NodeFactory, TeamFactory, UserFactory
+
+
+@pytest.fixture(autouse=True)
+def control_side_heard_throughout() -> Iterator[None]:
+    """The reaper does not count silence from a stretch in which it did not run (an
+    outage of the control side). Tests that call it with `now`s of their choosing jump in
+    time, which it would take for such a stretch: each test starts with a record of
+    uninterrupted hearing (tests/fleet/test_reaper_hearing.py sets its own)."""
+    from django.core.cache import cache
+
+    from fleet.services.reaper import HEARING_KEY
+
+    try:
+        cache.set(HEARING_KEY, {"deaf_from": 0.0, "since": 0.0, "last": float("inf")}, None)
+    except Exception:
+        pass  # no Redis: the tests that need it say so themselves
+    yield
 
 
 def _client(user: Any) -> APIClient:

@@ -14,6 +14,11 @@ silent or starts go unconfirmed (design rules 1 and 7).
   time sends the whole job back, every member stopped.
 - A multi-node job with a member on a node whose lease ran out is lost whole: its members
   on other nodes are stopped there.
+- Silence is only counted while the control side could hear (`Hearing`): after a stretch
+  in which the reaper did not run (PostgreSQL or Redis down, every control worker gone), the
+  length of that stretch is not held against a node or an unconfirmed start. Otherwise a
+  job that finished during a PostgreSQL outage would be declared lost (and run again)
+  before its agent's outcome, held until acknowledged (design rule 8), could be applied.
 """
 
 from __future__ import annotations
@@ -25,6 +30,7 @@ from datetime import datetime, timedelta
 from django.conf import settings
 from django.core.cache import cache
 from django.db import transaction
+from django.db.models import Min
 from django.utils import timezone
 
 from fleet.errors import Conflict
@@ -72,15 +78,70 @@ def lost_after(node: Node) -> timedelta:
     return timedelta(seconds=max(seconds, node.heartbeat_timeout))
 
 
+HEARING_KEY = "reaper:hearing"
+
+
+class Hearing:
+    """When the control side last went deaf and came back, kept in the cache by the reaper.
+
+    Each round the reaper notes when it ran. A round that finds the previous one older than
+    the shortest heartbeat timeout of any node knows the control side heard nothing in
+    between (nothing ran that could apply a heartbeat or a report), and remembers that gap
+    (`deaf_from` to `since`). A moment before the gap is then read as that much later
+    (`shifted`), so a node's silence and a start's wait count only time when the control
+    side was listening. With no record (the first round, or Redis lost its data) nothing is
+    known of the past: every moment before this round counts as this round's."""
+
+    def __init__(self, deaf_from: float | None, since: float) -> None:
+        self.deaf_from = deaf_from
+        self.since = since
+
+    def shifted(self, moment: datetime) -> datetime:
+        at = moment.timestamp()
+        if at >= self.since:
+            return moment
+        if self.deaf_from is None:
+            return datetime.fromtimestamp(self.since, tz=moment.tzinfo)
+        if at > self.deaf_from:
+            return moment  # heard inside the gap: the control side was listening then
+        return moment + timedelta(seconds=self.since - self.deaf_from)
+
+
+def hearing_update(*, now: datetime, max_gap_s: float) -> Hearing:
+    """Record this round and return the latest gap in the control side's hearing."""
+    at = now.timestamp()
+    try:
+        record = cache.get(HEARING_KEY)
+    except Exception:
+        record = None  # no cache: the round itself will fail on the broker soon enough
+    if not isinstance(record, dict) or "last" not in record:
+        record = {"deaf_from": None, "since": at, "last": at}
+    elif at - float(record["last"]) > max_gap_s:
+        record = {"deaf_from": float(record["last"]), "since": at, "last": at}
+        log.warning(
+            "the reaper did not run for %.0f s: node silence and start waits in that time "
+            "are not counted", at - record["deaf_from"],
+        )  # fmt: skip
+    else:
+        record = {**record, "last": max(at, float(record["last"]))}
+    try:
+        cache.set(HEARING_KEY, record, timeout=None)
+    except Exception:
+        pass
+    return Hearing(record["deaf_from"], float(record["since"]))
+
+
 def nodes_reap(*, now: datetime | None = None) -> dict[str, int]:
     """One reaper round; returns how many nodes went down, jobs were lost, starts were sent
     again and starts were given up on."""
     now = now or timezone.now()
+    shortest = Node.objects.aggregate(t=Min("heartbeat_timeout"))["t"]
+    hearing = hearing_update(now=now, max_gap_s=float(shortest or 30))
     summary = {
-        "nodes_down": _silent_nodes_down(now),
-        "jobs_lost": _lose_jobs_of_expired_leases(now),
+        "nodes_down": _silent_nodes_down(now, hearing),
+        "jobs_lost": _lose_jobs_of_expired_leases(now, hearing),
         "starts_resent": _resend_unconfirmed_starts(now),
-        "starts_given_up": _give_up_unconfirmed_starts(now),
+        "starts_given_up": _give_up_unconfirmed_starts(now, hearing),
     }
     released = gpu_release_prune(now=now)
     if summary["nodes_down"] or summary["jobs_lost"] or summary["starts_given_up"] or released:
@@ -88,11 +149,11 @@ def nodes_reap(*, now: datetime | None = None) -> dict[str, int]:
     return summary
 
 
-def _silent_nodes_down(now: datetime) -> int:
+def _silent_nodes_down(now: datetime, hearing: Hearing) -> int:
     down = 0
     for node in Node.objects.exclude(state=NodeState.DOWN):
         deadline = now - timedelta(seconds=node.heartbeat_timeout)
-        if node.last_heartbeat is not None and node.last_heartbeat >= deadline:
+        if node.last_heartbeat is not None and hearing.shifted(node.last_heartbeat) >= deadline:
             continue
         since = (
             f"since {node.last_heartbeat:%Y-%m-%d %H:%M:%S} UTC" if node.last_heartbeat else "ever"
@@ -104,10 +165,11 @@ def _silent_nodes_down(now: datetime) -> int:
     return down
 
 
-def _lose_jobs_of_expired_leases(now: datetime) -> int:
+def _lose_jobs_of_expired_leases(now: datetime, hearing: Hearing) -> int:
     lost = 0
     for node in Node.objects.filter(state=NodeState.DOWN):
-        if node.last_heartbeat is not None and now < node.last_heartbeat + lost_after(node):
+        heard = node.last_heartbeat
+        if heard is not None and now < hearing.shifted(heard) + lost_after(node):
             continue  # its jobs may still run until its lease is surely over
         # Every job with a member there: a multi-node job is lost whole, its other members
         # stopped on their nodes.
@@ -151,15 +213,17 @@ def _resend_unconfirmed_starts(now: datetime) -> int:
     return sent
 
 
-def _give_up_unconfirmed_starts(now: datetime) -> int:
+def _give_up_unconfirmed_starts(now: datetime, hearing: Hearing) -> int:
     given_up = 0
     timeout = start_timeout_s()
     stuck = Job.objects.filter(
         state=JobState.ASSIGNED,
         assigned_at__lt=now - timedelta(seconds=timeout),
         node__state__in=[NodeState.UP, NodeState.DRAINING],
-    ).only("id", "attempt")
+    ).only("id", "attempt", "assigned_at")
     for job in stuck:
+        if job.assigned_at and hearing.shifted(job.assigned_at) >= now - timedelta(seconds=timeout):
+            continue  # its start report may be among what the control side could not hear
         reason = f"the node did not confirm the start within {timeout:g} s"
         try:
             with transaction.atomic():
