@@ -152,3 +152,15 @@ def test_telemetry_json_says_plainly_when_there_is_none(
     job = JobFactory(owner=owner, team=team)
     data = owner_web.get(f"/jobs/{job.pk}/telemetry.json").json()
     assert data["available"] is False and "once the job runs" in data["message"]
+
+
+def test_every_page_names_its_icon_and_the_icon_is_served(client: Client) -> None:
+    """Browsers ask for an icon on every page; without one they log a 404 each time."""
+    from django.contrib.staticfiles import finders
+
+    response = client.get("/login/")
+    assert response.status_code == 200
+    html = response.content.decode()
+    assert '<link rel="icon" href="/static/favicon.svg" type="image/svg+xml">' in html
+    found = finders.find("favicon.svg")
+    assert found and open(found).read().startswith("<svg")
