@@ -1,0 +1,262 @@
+"""The state behind FreeCapacity: per-node templates kept across snapshots, the working
+copy of the fleet, GPU-kind constraints and read-only accessors."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from scheduler.core._capacity_index import (
+    Kind,
+    _is_partial,
+    _is_whole,
+    _KindIndex,
+    _Node,
+    per_node_gpus,
+)
+from scheduler.core.fragmentation import (
+    Demand,
+    Scorer,
+)
+from scheduler.core.model import (
+    FULL_COMPUTE,
+    GpuState,
+    Member,
+    NodeState,
+    is_mig_device,
+)
+
+Choice = tuple[str, tuple[int, ...]]
+Members = tuple[Member, ...]
+
+
+class _Template:
+    """What FreeCapacity derives from one NodeState, kept while that (frozen) object is
+    reused by the next snapshot (the simulator rebuilds only nodes that changed)."""
+
+    __slots__ = ("state", "node", "counts", "partial", "by_index")
+
+    def __init__(self, state: NodeState) -> None:
+        self.state = state  # keeps the id the cache is keyed on alive
+        node = self.node = _Node(state, 0)
+        self.counts: dict[Kind, int] = {}
+        for kind in node.kind_of:
+            self.counts[kind] = self.counts.get(kind, 0) + 1
+        self.partial: list[tuple[Kind, int, int]] = []
+        # GPU by index on a schedulable node (empty otherwise): read-only, shared.
+        self.by_index: dict[int, GpuState] = (
+            {g.index: g for g in node.gpus} if node.schedulable else {}
+        )
+        if node.schedulable:
+            for p, gpu in enumerate(node.gpus):
+                kind, mem, comp = node.kind_of[p], node.mem[p], node.comp[p]
+                if _is_whole(mem, comp, gpu):
+                    node.whole.setdefault(kind, []).append(p)
+                elif _is_partial(mem, comp, gpu):
+                    self.partial.append((kind, comp, p))
+
+
+_TEMPLATES: dict[int, _Template] = {}
+_TEMPLATES_MAX = 1 << 14
+
+
+def _template(state: NodeState) -> _Template:
+    found = _TEMPLATES.get(id(state))
+    if found is not None and found.state is state:
+        return found
+    if len(_TEMPLATES) >= _TEMPLATES_MAX:
+        _TEMPLATES.clear()
+    found = _TEMPLATES[id(state)] = _Template(state)
+    return found
+
+
+class CapacityState:
+    """Free capacity per node and per GPU kind, with the constraints and read-only
+    accessors; queries and bookings are added by the classes built on it."""
+
+    def __init__(
+        self,
+        nodes: tuple[NodeState, ...],
+        demand: Demand | None = None,
+        demand_source: Callable[[], Demand] | None = None,
+    ) -> None:
+        # With a demand (or a source of one, read on the first placement that needs it),
+        # one-node jobs and gang members go where they fragment the fleet least for that
+        # demand (scheduler.core.fragmentation); without, plain best fit.
+        self._aware = demand is not None or demand_source is not None
+        self._scorer = None if demand is None else Scorer(demand)
+        self._demand_source = demand_source
+        # The scorer's per-kind pressure, and free capacity booked or freed since.
+        self._pressure: dict[Kind, float] | None = None
+        self._moved = 0
+        self._moved_limit = 0
+        templates = [_template(n) for n in nodes]
+        self._by_index = {t.node.name: t.by_index for t in templates}
+        self._nodes = [_Node.copy_of(t.node, pos) for pos, t in enumerate(templates)]
+        self._by_name = {n.name: n for n in self._nodes}
+        per_node: dict[Kind, int] = {}
+        for t in templates:
+            for kind, count in t.counts.items():
+                if count > per_node.get(kind, 0):
+                    per_node[kind] = count
+        self._kinds = {k: _KindIndex(k[0], k[1], m) for k, m in per_node.items()}
+        self._eligible_cache: dict[tuple[str | None, int, bool], list[_KindIndex]] = {}
+        self._fails: set[tuple[Any, ...]] = set()
+        self._roomiest: dict[tuple[Any, ...], tuple[int, Any]] = {}
+        self.version = 0
+        # Whether some node reports host CPUs or memory (else they limit nothing).
+        self._host = any(n.cpus is not None or n.ram is not None for n in self._nodes)
+        kinds = self._kinds
+        for node, t in zip(self._nodes, templates, strict=True):
+            for kind, comp, p in t.partial:
+                kinds[kind].partial_add(comp, (node.pos, p))
+                kinds[kind].free += comp
+            for kind, positions in node.whole.items():
+                ki = kinds[kind]
+                ki.bucket_add(len(positions), node.pos)
+                ki.whole_total += len(positions)
+                ki.free += FULL_COMPUTE * len(positions)
+
+    @property
+    def fragmentation_aware(self) -> bool:
+        return self._aware
+
+    def scorer(self) -> Scorer | None:
+        """The fragmentation scorer (built from the demand source on first use), or None
+        for plain best fit."""
+        if self._scorer is None and self._demand_source is not None:
+            self._scorer = Scorer(self._demand_source())
+            self._demand_source = None
+        return self._scorer
+
+    # -- constraints -------------------------------------------------------------------
+
+    def eligible(self, job: Any, node: str | NodeState, gpu: int | GpuState) -> bool:
+        """Whether the GPU's model and memory suit the job, whatever is free on it now."""
+        if not isinstance(gpu, GpuState):
+            name = node if isinstance(node, str) else node.name
+            n = self._by_name[name]
+            gpu = n.gpus[n.index_of[gpu]]
+        return self._kind_ok(job, gpu.model, gpu.memory_mb)
+
+    @staticmethod
+    def _kind_ok(job: Any, model: str, memory_mb: int) -> bool:
+        if job.gpu_model is not None and job.gpu_model != model:
+            return False
+        if _several_per_node(job) and is_mig_device(model):
+            return False
+        if job.min_gpu_memory_mb is not None and memory_mb < job.min_gpu_memory_mb:
+            return False
+        if job.gpus == 0 and memory_mb < (job.gpu_memory_mb or 0):
+            return False
+        return True
+
+    @staticmethod
+    def _kinds_key(job: Any) -> tuple[str | None, int, bool]:
+        """What decides which GPU kinds a job may use: its model and memory needs, and
+        whether it needs several GPUs on one node (no MIG devices then)."""
+        need = max(job.min_gpu_memory_mb or 0, 0 if job.gpus else job.gpu_memory_mb or 0)
+        return (job.gpu_model, need, _several_per_node(job))
+
+    def _eligible_kinds(self, job: Any) -> list[_KindIndex]:
+        key = self._kinds_key(job)
+        need, several = key[1], key[2]
+        kinds = self._eligible_cache.get(key)
+        if kinds is None:
+            kinds = [
+                ki
+                for ki in self._kinds.values()
+                if (job.gpu_model is None or ki.model == job.gpu_model)
+                and ki.memory_mb >= need
+                and not (several and is_mig_device(ki.model))
+            ]
+            self._eligible_cache[key] = kinds
+        return kinds
+
+    @staticmethod
+    def shape(job: Any) -> tuple[Any, ...]:
+        """What decides where a job may go: its GPU count or fraction, how it spreads over
+        nodes, its host CPUs and memory, and its constraints."""
+        if job.gpus:
+            return (
+                job.gpus,
+                job.gpu_model,
+                job.min_gpu_memory_mb,
+                job.gpus_per_node,
+                job.cpus,
+                job.memory_mb,
+                job.same_group,
+            )
+        return (
+            0,
+            job.gpu_model,
+            job.min_gpu_memory_mb,
+            job.gpu_memory_mb,
+            job.gpu_compute_percent,
+            job.cpus,
+            job.memory_mb,
+        )
+
+    def has_partial(self) -> bool:
+        """Whether some schedulable GPU is partly used and still has room."""
+        return any(ki.pmask for ki in self._kinds.values())
+
+    def node_version(self, node: str) -> int:
+        """A counter that changes whenever the node's free capacity changes."""
+        return self._by_name[node].version
+
+    def free_gpus_total(self) -> int:
+        """Wholly free GPUs on schedulable nodes."""
+        return sum(ki.whole_total for ki in self._kinds.values())
+
+    def free_on(self, node: str, gpu_index: int) -> tuple[int, int]:
+        """(free MB, free compute %) of one GPU."""
+        n = self._by_name[node]
+        p = n.index_of[gpu_index]
+        return n.mem[p], n.comp[p]
+
+    def whole_free(self, node: str) -> tuple[int, ...]:
+        """Indices of the wholly free GPUs on a node (empty if it is not schedulable)."""
+        n = self._by_name[node]
+        return tuple(sorted(n.gpus[p].index for ps in n.whole.values() for p in ps))
+
+    def nodes_with_whole_free(self, k: int) -> list[str]:
+        """Schedulable nodes with at least k wholly free GPUs of one kind, in fleet order
+        (from the per-kind buckets: what changed, not a pass over the fleet)."""
+        positions: set[int] = set()
+        for ki in self._kinds.values():
+            for count in range(max(k, 1), len(ki.buckets)):
+                if (ki.bmask >> count) & 1:
+                    positions.update(ki.buckets[count])
+        return [self._nodes[p].name for p in sorted(positions)]
+
+    def node_names(self) -> list[str]:
+        return [n.name for n in self._nodes]
+
+    def node_gpus(self, node: str) -> tuple[GpuState, ...]:
+        return self._by_name[node].gpus
+
+    def gpus_by_index(self, node: str) -> dict[int, GpuState]:
+        """The node's GPUs by index; empty for an unknown or unschedulable node. Read-only."""
+        return self._by_index.get(node, {})
+
+    def is_schedulable(self, node: str) -> bool:
+        n = self._by_name.get(node)
+        return n is not None and n.schedulable
+
+    def host_free(self, node: str) -> tuple[int | None, int | None]:
+        """(free CPU cores, free memory MB) of a node; None where it does not report them."""
+        n = self._by_name[node]
+        return n.cpus, n.ram
+
+    def host_limited(self) -> bool:
+        """Whether some node reports host CPUs or memory."""
+        return self._host
+
+    def group_of(self, node: str) -> str:
+        return self._by_name[node].group
+
+
+def _several_per_node(job: Any) -> bool:
+    """Whether the job needs more than one GPU on some node."""
+    return per_node_gpus(job) > 1
