@@ -1,0 +1,200 @@
+"""The snapshot's running and pending jobs, built from database rows and kept across cycles.
+
+A job whose row and derived inputs (team, owner, prediction, earlier attempts) read the same
+as in the last snapshot of this process keeps its `RunningJob` or `PendingJob` object: the
+object is a function of exactly those values, so keeping it changes nothing the policy sees,
+and the policies' structures carried by object identity (the priority order's score rows,
+the release timeline, the quota totals) then carry over in production as they do in the
+simulator. A job whose values differ in any of them gets a new object; a job gone is
+dropped. Nothing but equal values ever reuses an object, so a crash or a concurrent write
+can cost a rebuild, never a wrong snapshot.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from datetime import datetime
+from typing import Any
+
+from fleet.models import JobState
+from scheduler.core.model import Member, PendingJob, RunningJob
+from scheduler.cycle.usage import Run, gpu_equivalent
+
+Predict = Callable[[int, str, int], float | None]
+
+
+def seconds(value: datetime | float | None) -> float | None:
+    """A value read through `snapshot.epoch()` as float seconds (None stays None)."""
+    if value is None:
+        return None
+    if isinstance(value, datetime):
+        return value.timestamp()
+    return float(value)
+
+
+def seconds_or(value: datetime | float | None, default: float) -> float:
+    found = seconds(value)
+    return default if found is None else found
+
+
+class CarriedJobs:
+    """job id -> (the values an object was built from, the object), from the last build."""
+
+    def __init__(self) -> None:
+        self.running: dict[int, tuple[tuple[Any, ...], RunningJob]] = {}
+        self.pending: dict[int, tuple[tuple[Any, ...], PendingJob]] = {}
+        self.reused = 0  # objects kept by the last build (for tests and benches)
+
+
+CARRIED = CarriedJobs()
+
+
+def running_jobs(
+    active: Sequence[tuple[Any, ...]],
+    *,
+    t_now: float,
+    teams: Mapping[int, tuple[Any, ...]],
+    users: Mapping[int, str],
+    node_names: Mapping[int, str],
+    members: Mapping[int, list[tuple[int, int, list[Any]]]],
+    earlier: Mapping[int, Any],
+    never: Any,
+    predict: Predict,
+    carried: CarriedJobs = CARRIED,
+) -> tuple[list[RunningJob], list[Run]]:
+    """Assigned and running jobs (rows of `snapshot._active_fields()`) whose node exists, and
+    the runs of running ones for team usage."""
+    last = carried.running
+    kept: dict[int, tuple[tuple[Any, ...], RunningJob]] = {}
+    running: list[RunningJob] = []
+    runs: list[Run] = []
+    reused = 0
+    for row in active:
+        (
+            job_id, team_id, owner_id, node_id, indices, gpus, mem, comp, started, assigned,
+            limit, priority, qos, preemptible, requeues, max_requeues, name, attempt, state,
+            per_node, cpus, memory_mb, submitted,
+        ) = row  # fmt: skip
+        node = node_names.get(node_id)
+        if node is None:
+            continue  # its node was deleted: nothing to place around
+        start = seconds_or(started, seconds_or(assigned, t_now))
+        past = earlier.get(job_id, never)
+        predicted = predict(owner_id, name, limit)
+        ranks = members.get(job_id, ())
+        team, user = teams[team_id][1], users.get(owner_id, "")
+        key = (
+            row, node, start, predicted, past.ran, past.queued_at, past.checkpointed, team,
+            user, tuple(node_names.get(n) for _, n, _ in ranks) if ranks else (), tuple(ranks),
+        )  # fmt: skip
+        hit = last.get(job_id)
+        if hit is not None and hit[0] == key:
+            job = hit[1]
+            reused += 1
+        else:
+            job = RunningJob(
+                id=job_id,
+                team=team,
+                user=user,
+                node=node,
+                gpu_indices=tuple(int(i) for i in indices or ()),
+                started_at=start,
+                time_limit=float(limit),
+                gpus=gpus,
+                gpu_memory_mb=mem,
+                gpu_compute_percent=comp,
+                priority=priority,
+                qos=qos,
+                preemptible=preemptible,
+                predicted_runtime=predicted,
+                requeueable=requeues < max_requeues,
+                attained_service=past.ran * gpu_equivalent(gpus, comp),
+                members=tuple(
+                    Member(node_names[n], tuple(int(i) for i in member_indices or ()))
+                    for _, n, member_indices in ranks
+                    if n in node_names
+                ),
+                gpus_per_node=per_node,
+                cpus=cpus,
+                memory_mb=memory_mb,
+                preemptions=requeues,
+                queued_at=seconds_or(submitted, start)
+                if past.queued_at is None
+                else past.queued_at,
+                checkpointed=past.checkpointed,
+            )
+        kept[job_id] = (key, job)
+        running.append(job)
+        if state == JobState.RUNNING and started is not None:
+            runs.append(Run(team_id, gpu_equivalent(gpus, comp), start, t_now))
+    carried.running = kept
+    carried.reused = reused
+    return running, runs
+
+
+# Fields of a pending row (`snapshot._pending_fields()`) that are the job's wait as stored
+# (reason, position, ETA): what the cycle writes, not what the policy reads.
+WAIT_COLUMNS = slice(15, 18)
+
+
+def pending_jobs(
+    pending: Sequence[tuple[Any, ...]],
+    *,
+    t_now: float,
+    teams: Mapping[int, tuple[Any, ...]],
+    users: Mapping[int, str],
+    earlier: Mapping[int, Any],
+    never: Any,
+    predict: Predict,
+    carried: CarriedJobs = CARRIED,
+) -> list[PendingJob]:
+    """Pending jobs from rows of `snapshot._pending_fields()`, in the rows' order."""
+    last = carried.pending
+    kept: dict[int, tuple[tuple[Any, ...], PendingJob]] = {}
+    queued: list[PendingJob] = []
+    reused = 0
+    for row in pending:
+        (
+            job_id, team_id, owner_id, submitted, limit, gpus, mem, comp, model, min_mem,
+            priority, qos, preemptible, name, attempt, _, _, _, requeues,
+            per_node, cpus, memory_mb, same_group,
+        ) = row  # fmt: skip
+        past = earlier.get(job_id, never)
+        predicted = predict(owner_id, name, limit)
+        team, user = teams[team_id][1], users.get(owner_id, "")
+        submitted_at = seconds_or(submitted, t_now)
+        key = (row[:15], row[18:], submitted_at, predicted, past.ran, past.queued_at, team, user)
+        hit = last.get(job_id)
+        if hit is not None and hit[0] == key:
+            job = hit[1]
+            reused += 1
+        else:
+            job = PendingJob(
+                id=job_id,
+                team=team,
+                user=user,
+                submitted_at=submitted_at,
+                time_limit=float(limit),
+                gpus=gpus,
+                gpu_memory_mb=mem,
+                gpu_compute_percent=comp,
+                gpu_model=model or None,
+                min_gpu_memory_mb=min_mem,
+                priority=priority,
+                qos=qos,
+                preemptible=preemptible,
+                name=name,
+                predicted_runtime=predicted,
+                attained_service=past.ran * gpu_equivalent(gpus, comp),
+                gpus_per_node=per_node,
+                cpus=cpus,
+                memory_mb=memory_mb,
+                same_group=same_group,
+                preemptions=requeues,
+                queued_at=submitted_at if past.queued_at is None else past.queued_at,
+            )
+        kept[job_id] = (key, job)
+        queued.append(job)
+    carried.pending = kept
+    carried.reused += reused
+    return queued
