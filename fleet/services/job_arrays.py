@@ -23,13 +23,8 @@ from fleet.models import Job, JobEvent, JobState
 from fleet.models.jobs import ACTIVE_STATES, QUEUED_STATES, ActorKind, JobArray
 from fleet.services import messaging
 from fleet.services.access import admin_team_ids
-from fleet.services.job_states import (
-    Actor,
-    StaleAttempt,
-    TransitionRefused,
-    job_cancel_queued_many,
-    job_transition,
-)
+from fleet.services.job_batches import job_cancel_queued_many
+from fleet.services.job_states import Actor, StaleAttempt, TransitionRefused, job_transition
 from fleet.services.jobs import (
     JobRequest,
     job_validate,

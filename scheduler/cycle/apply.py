@@ -27,7 +27,8 @@ from fleet.models.jobs import ACTIVE_STATES
 from fleet.models.nodes import NodeState as NodeStatus
 from fleet.services import messaging
 from fleet.services.dispatch import send_start_on_commit
-from fleet.services.job_states import SCHEDULER, Dispatch, job_dispatch_many, job_transition
+from fleet.services.job_batches import Dispatch, job_dispatch_many
+from fleet.services.job_states import SCHEDULER, job_transition
 from fleet.services.jobs import stop_previous_attempt
 from scheduler.core.model import (
     FULL_COMPUTE,

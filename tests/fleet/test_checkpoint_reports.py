@@ -16,8 +16,9 @@ from django.test.utils import CaptureQueriesContext
 from fleet import tasks
 from fleet.models import Job, JobEvent, Node
 from fleet.services.agents import agent_register, node_key_create
+from fleet.services.job_batches import Dispatch, job_dispatch_many
 from fleet.services.job_reports import job_report_apply
-from fleet.services.job_states import SCHEDULER, Actor, Dispatch, job_dispatch_many, job_transition
+from fleet.services.job_states import SCHEDULER, Actor, job_transition
 from tests.factories import GpuFactory, JobFactory
 from workers.wire import Signer
 

@@ -12,8 +12,9 @@ import pytest
 
 from fleet.models import Job, JobMember, Node
 from fleet.services.agents import agent_register, node_key_create
+from fleet.services.job_batches import Dispatch, job_dispatch_many
 from fleet.services.job_reports import job_report_apply
-from fleet.services.job_states import SCHEDULER, Dispatch, job_dispatch_many
+from fleet.services.job_states import SCHEDULER
 from fleet.services.telemetry_logs import log_chunk_store
 from tests.factories import GpuFactory, JobFactory
 

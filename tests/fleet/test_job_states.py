@@ -131,7 +131,7 @@ def test_unknown_job_is_not_found() -> None:
 
 
 def test_dispatch_many_moves_only_jobs_still_pending_on_the_decided_attempt() -> None:
-    from fleet.services.job_states import Dispatch, job_dispatch_many
+    from fleet.services.job_batches import Dispatch, job_dispatch_many
 
     fresh, held, stale = (
         _job_in(JobState.PENDING),

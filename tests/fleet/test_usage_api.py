@@ -185,8 +185,8 @@ def test_host_cpu_and_memory_hours_of_a_requeued_gang(
 ) -> None:
     """A two-node gang holds its CPUs and memory on each node; a requeue ends one attempt
     and the next counts again. Totals equal the sum over attempts, per node."""
+    from fleet.services.job_batches import Dispatch, job_dispatch_many
     from fleet.services.job_reports import job_report_apply
-    from fleet.services.job_states import Dispatch, job_dispatch_many
 
     a, b = fleet_nodes
     gang: Any = JobFactory(owner=owner, team=team, gpus=4, gpus_per_node=2, cpus=6,

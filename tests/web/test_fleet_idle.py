@@ -15,15 +15,9 @@ from django.utils import timezone
 
 from fleet.models import Job
 from fleet.models.notifications import JobIdle
+from fleet.services.job_batches import Dispatch, job_dispatch_many
 from fleet.services.job_reports import job_report_apply
-from fleet.services.job_states import (
-    SCHEDULER,
-    SYSTEM,
-    Actor,
-    Dispatch,
-    job_dispatch_many,
-    job_transition,
-)
+from fleet.services.job_states import SCHEDULER, SYSTEM, Actor, job_transition
 from fleet.web.tiles import idle_for
 from tests.factories import GpuFactory, JobFactory
 
