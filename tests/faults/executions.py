@@ -8,6 +8,10 @@ tick (every half second), end (the command finished: exit 0 follows), term (SIGT
 SIGINT arrived) or exit (after a SIGTERM, the job spent half a second "checkpointing",
 as a training job would within its grace, and exits 143). A job killed with SIGKILL writes
 nothing more: its last line is the last moment it is known to have run.
+
+A SIGTERM can land between `end` and the exit (the node's lease ran out that instant): the
+process then exits 143, not 0, so its node rightly reports it stopped, and it has not
+completed; running it again is no violation.
 """
 
 from __future__ import annotations
@@ -56,10 +60,11 @@ class Execution:
     ended: str | None = None  # "end" (completed) or "term" (stopped); None: no word yet
     end: float | None = None  # its last line once it has said it ends (end, or exit after term)
     alive: bool = False  # still running when the log was read
+    stopped_after_end: bool = False  # SIGTERM after its end line: it exited 143, not 0
 
     @property
     def completed(self) -> bool:
-        return self.ended == "end"
+        return self.ended == "end" and not self.stopped_after_end
 
     def until(self, now: float) -> float:
         """The latest moment it is known to have run: now if it is still running, else the
@@ -69,6 +74,8 @@ class Execution:
     def describe(self) -> str:
         gpus = ",".join(map(str, self.gpus)) or "none"
         how = self.ended or ("still running" if self.alive else "killed, no end line")
+        if self.stopped_after_end:
+            how = "end, then stopped before it exited: exit 143"
         return (
             f"job {self.job_id} attempt {self.attempt} on {self.node} GPUs {gpus} pid "
             f"{self.pid}: {self.start:.2f}..{(self.end or self.last_seen):.2f} ({how})"
@@ -123,6 +130,8 @@ class ExecutionLog:
             run.last_seen = max(run.last_seen, t)
             if event in ("end", "term") and run.ended is None:
                 run.ended = event
+            elif event == "term" and run.ended == "end":
+                run.stopped_after_end = True
             if event in ("end", "exit"):
                 run.end = max(run.end or t, t)
         for run in runs.values():

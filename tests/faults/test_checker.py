@@ -144,3 +144,31 @@ def test_the_log_is_read_back(tmp_path: Path) -> None:
     assert runs[2].until(now=99) == 14.0 and runs[1].until(now=99) == 12.2
     assert runs[0].completed and not runs[1].completed and runs[1].end == 12.2
     assert "exec sh " in log.command(3) and log.command(3).endswith(" 3")
+
+
+def test_an_execution_stopped_between_its_end_and_its_exit_has_not_completed(
+    tmp_path: Path,
+) -> None:
+    """The node's lease ran out the moment the job wrote its end line: SIGTERM reached it
+    before it exited, so it exited 143 and its node reported it stopped. Running it again
+    is what should happen, not a rerun of a finished job."""
+    log = ExecutionLog(tmp_path / "x")
+    log.path.write_text(
+        "start 10.0 b 3 1 0 200\nend 13.1 b 3 1 0 200\nterm 13.11 b 3 1 0 200\n"
+        "tick 13.4 b 3 1 0 200\nexit 13.6 b 3 1 0 200\n"
+        "start 40.0 b 3 2 0 300\nend 43.0 b 3 2 0 300\n"
+    )
+    first, second = log.read()
+    assert not first.completed and first.stopped_after_end and second.completed
+    assert "exit 143" in first.describe()
+    found = kinds(executions=[first, second], jobs={3: job(attempt=2, node="b")},
+                  events={3: ended("succeeded", 43.5)})  # fmt: skip
+    assert found == []
+    # Without the SIGTERM it had completed, and the second run is a violation.
+    log.path.write_text(
+        "start 10.0 b 3 1 0 200\nend 13.1 b 3 1 0 200\n"
+        "start 40.0 b 3 2 0 300\nend 43.0 b 3 2 0 300\n"
+    )
+    found = kinds(executions=log.read(), jobs={3: job(attempt=2, node="b")},
+                  events={3: ended("succeeded", 43.5)})  # fmt: skip
+    assert found == ["rerun-after-completion"]
