@@ -14,9 +14,10 @@ restart overhead plus the progress the victim loses (all of this attempt without
 checkpoints, only the time since its last checkpoint with them; `RunningJob.checkpointed`
 says which for a job known either way, the settings for the rest), in GPU-seconds; victims are
 ranked by that cost, and a job preempted `max_per_job` times is not preempted again. The
-policies that preempt for efficiency (las, gittins, tiresias) preempt only when the gain
-pays for it: the waiting job's expected remaining service (`mean_residual`) plus the cost
-is below the victim's.
+policies that preempt for efficiency (las, gittins) preempt only when the gain pays for it:
+the waiting job's expected remaining service (`mean_residual`) plus the cost is below the
+victim's; gittins also requires that the progress thrown away be at most `loss_bound` times
+the waiting job's expected remaining service (`loses_too_much`).
 
 A multi-node gang needs that on as many nodes as it has members, all with GPUs of one kind
 (and in one group when it says same_group): per node the cheapest set is found the same
@@ -72,6 +73,14 @@ MAX_PER_JOB_DEFAULT = 10  # preemptions a job may suffer; 0: no cap
 # job deep in a heavy tail is a guess, the lost work is certain. 8 measured best on the
 # Philly bench (bench/RESULTS.md, "Preemption that pays for itself").
 COST_WEIGHT_DEFAULT = 8.0
+# A preemption throws away at most this many times the GPU-seconds the waiting job is
+# expected to need (`PreemptionCost.loss_bound`). The exchange argument weighs the lost
+# progress against the victim's expected remaining service, which deep in a heavy tail is a
+# guess of hundreds of GPU-hours; what the waiting job gains is bounded by its own size and
+# wait, and a job of minutes should not cost the fleet hours of redone work. 16 measured
+# against none on the Philly bench without checkpoints (bench/RESULTS.md, "Preemption
+# without checkpoints"); a job that checkpoints continuously loses nothing and always passes.
+LOSS_BOUND_DEFAULT = 16.0
 
 
 @dataclass(frozen=True, slots=True)
@@ -94,6 +103,7 @@ class PreemptionCost:
     checkpoint_interval: float = CHECKPOINT_INTERVAL_DEFAULT
     max_per_job: int = MAX_PER_JOB_DEFAULT
     cost_weight: float = COST_WEIGHT_DEFAULT
+    loss_bound: float = LOSS_BOUND_DEFAULT
 
     @classmethod
     def from_settings(cls, settings: Mapping[str, Any]) -> PreemptionCost:
@@ -127,6 +137,15 @@ class PreemptionCost:
             return 0.0
         return ran % self.checkpoint_interval
 
+    def lost_gpu_seconds(self, job: RunningJob, now: float) -> float:
+        """GPU-seconds of this attempt's progress a preemption now would throw away."""
+        return self.lost_seconds(job, now) * job.gpu_equivalent
+
+    def loses_too_much(self, job: RunningJob, now: float, waiting_remaining: float) -> bool:
+        """Whether preempting `job` would throw away more than `loss_bound` times the
+        GPU-seconds the waiting job is expected to need (`waiting_remaining`)."""
+        return self.lost_gpu_seconds(job, now) > self.loss_bound * waiting_remaining
+
     def seconds(self, job: RunningJob, now: float) -> float:
         return self.restart_overhead + self.lost_seconds(job, now)
 
@@ -146,7 +165,8 @@ class PreemptionCost:
         The exchange argument behind SRPT and Gittins: running the smaller remainder first
         saves the difference, and the preemption throws away its cost; it pays when the
         difference is larger than the cost, counted `cost_weight` times (the victim redoes
-        the work, and meanwhile that capacity is missing for everyone else)."""
+        the work, and meanwhile that capacity is missing for everyone else). gittins
+        also asks `loses_too_much`."""
         cost = self.gpu_seconds(victim, now)
         if waiting_remaining + self.cost_weight * cost < victim_remaining:
             times = "" if self.cost_weight == 1 else f"{self.cost_weight:g} x "

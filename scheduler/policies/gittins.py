@@ -39,7 +39,9 @@ class GittinsPolicy(PreemptivePolicy):
     turns this off. It preempts only when that pays for itself (settings
     "preemption_gain_check", default on): the waiting job's expected remaining service (from
     the same distribution, `mean_residual`) plus the preemption's cost (restart and lost
-    progress, `PreemptionCost`) is below the victim's; a job preempted
+    progress, `PreemptionCost`) is below the victim's, and the progress it throws away (all
+    of the attempt for a job without checkpoints) is at most `PreemptionCost.loss_bound`
+    (16) times what the waiting job is expected to need; a job preempted
     "preemption_max_per_job" times (default 10) is not preempted again. Without any
     distribution (fewer than 20 finished jobs) the index is 1 / (attained + 1): least
     attained service.
@@ -131,11 +133,12 @@ class GittinsPolicy(PreemptivePolicy):
         check_gain = bool(snapshot.settings.get("preemption_gain_check", True))
         pending_left: dict[int, float] = {}
 
-        # Per victim: expected GPU-seconds still to come, and the weighted preemption cost.
-        # A cycle asks about every pair of a waiting job that does not fit and a running
-        # job, so the rule compares numbers and words a reason only for a victim it allows.
-        victim_left: dict[int, tuple[float, float]] = {}
-        weight = costs.cost_weight
+        # Per victim: expected GPU-seconds still to come, the weighted preemption cost and
+        # the progress a preemption throws away. A cycle asks about every pair of a waiting
+        # job that does not fit and a running job, so the rule compares numbers and words a
+        # reason only for a victim it allows.
+        victim_left: dict[int, tuple[float, float, float]] = {}
+        weight, bound = costs.cost_weight, costs.loss_bound
 
         def job_left(job: PendingJob) -> float:
             left = pending_left.get(job.id)
@@ -145,7 +148,7 @@ class GittinsPolicy(PreemptivePolicy):
                 )
             return left
 
-        def victim_known(victim: RunningJob) -> tuple[float, float]:
+        def victim_known(victim: RunningJob) -> tuple[float, float, float]:
             known = victim_left.get(victim.id)
             if known is None:
                 ran = max(now - victim.started_at, 0.0) * victim.gpu_equivalent
@@ -154,6 +157,7 @@ class GittinsPolicy(PreemptivePolicy):
                         victim.attained_service + ran, victim.time_limit, victim.gpu_equivalent
                     ),
                     weight * costs.gpu_seconds(victim, now),
+                    costs.lost_gpu_seconds(victim, now),
                 )
             return known
 
@@ -168,8 +172,8 @@ class GittinsPolicy(PreemptivePolicy):
             pays = ""
             if check_gain:
                 left = job_left(job)
-                other, cost = victim_known(victim)
-                if not left + cost < other:
+                other, cost, lost = victim_known(victim)
+                if not left + cost < other or lost > bound * left:
                     return None
                 pays = f"; {costs.pays(left, other, victim, now)}"
             return f"Gittins index {_fmt(mine)} beats {_fmt(theirs)} by more than {margin:g}x{pays}"
@@ -192,9 +196,12 @@ class GittinsPolicy(PreemptivePolicy):
                     known = [victim_known(v) for v in victims]
                     columns["other"] = np.fromiter((k[0] for k in known), float, len(victims))
                     columns["cost"] = np.fromiter((k[1] for k in known), float, len(victims))
+                    columns["lost"] = np.fromiter((k[2] for k in known), float, len(victims))
             keep = ~columns["young"] & ~(pending_index[job.id] <= columns["bound"])
             if check_gain:
-                keep &= (job_left(job) + columns["cost"]) < columns["other"]
+                left = job_left(job)
+                keep &= (left + columns["cost"]) < columns["other"]
+                keep &= ~(columns["lost"] > bound * left)
             return np.flatnonzero(keep).tolist()
 
         preempt = bool(snapshot.settings.get("gittins_preemption", True))

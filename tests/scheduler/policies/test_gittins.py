@@ -10,6 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from scheduler.core.model import Snapshot
+from scheduler.core.preemption import PreemptionCost
 from scheduler.core.service_distribution import ServiceDistribution, bucket, summarize
 from scheduler.policies import get_policy
 from tests.scheduler.core.builders import job, node, running, snap
@@ -256,3 +257,53 @@ def test_the_vectorised_victim_filter_preempts_exactly_as_the_rule_alone(
     assert fast.preempts, "the case must exercise preemption"
     assert fast == plain
     assert_plan_valid(snapshot, fast)
+
+
+# -- what a preemption may throw away ------------------------------------------------------------
+
+
+def _wide_runner(ran: float, now: float = 50_000.0) -> object:
+    # An 8-GPU job with a ten-day limit, `ran` seconds into its attempt: expected to need
+    # months of GPU time more, by the ratios.
+    return running(9, "n1", tuple(range(8)), started=now - ran, limit=864_000.0)
+
+
+def _loss_snap(runner: object, now: float = 50_000.0, **settings_kw) -> Snapshot:
+    # A 10-minute 1-GPU job waits for the full node.
+    base = _snap([job(1, limit=600.0)], [runner], nodes=[node("n1", 8)], now=now, **settings_kw)
+    return replace(base, limit_ratio_distribution=RATIOS)
+
+
+def test_no_checkpoint_victim_is_not_preempted_when_it_would_lose_too_much() -> None:
+    """5 hours on 8 GPUs (40 GPU-hours) would be thrown away for a job expected to need 6
+    GPU-minutes: the exchange argument alone says it pays (the victim's remainder is a
+    guess of thousands of GPU-hours), the loss bound says no."""
+    now = 50_000.0
+    runner = _wide_runner(5 * 3600.0)
+    s = _loss_snap(runner)
+    waiting_left = 600.0 * sum(RATIOS) / len(RATIOS)
+    victim_left = 8 * 864_000.0 * 0.625
+    costs = PreemptionCost.from_settings(s.settings)
+    assert costs.loses_too_much(runner, now, waiting_left)
+    # The rule before the bound: the gain check passes, the index beats the runner's.
+    assert replace(costs, loss_bound=math.inf).pays(waiting_left, victim_left, runner, now)
+    assert get_policy("gittins").schedule(s).preempts == ()
+    assert get_policy("gittins-tiers").schedule(s).preempts == ()
+    # Without the gain check (index rule only) it would go.
+    assert [p.job_id for p in get_policy("gittins").schedule(
+        _loss_snap(runner, preemption_gain_check=False)).preempts] == [9]  # fmt: skip
+
+
+def test_loss_bound_lets_young_or_checkpointed_victims_go() -> None:
+    # 6 minutes in: 0.8 GPU-hours lost, within 16 x 6 GPU-minutes.
+    young = get_policy("gittins").schedule(_loss_snap(_wide_runner(360.0)))
+    assert [p.job_id for p in young.preempts] == [9]
+    assert "preemption's cost" in young.preempts[0].reason
+    # Checkpointed continuously, 5 hours in: nothing is lost, the preemption pays.
+    kept = get_policy("gittins").schedule(
+        _loss_snap(_wide_runner(5 * 3600.0), preemption_checkpoints=True)
+    )
+    assert [p.job_id for p in kept.preempts] == [9]
+    # The job's own word counts over the setting.
+    said = replace(_wide_runner(5 * 3600.0), checkpointed=True)
+    assert [p.job_id for p in get_policy("gittins").schedule(_loss_snap(said)).preempts] == [9]
