@@ -8,7 +8,7 @@ from rest_framework.request import Request
 from rest_framework.response import Response
 from rest_framework.views import APIView
 
-from fleet.api.jobs import JobRequestInput
+from fleet.api.job_submit import JobRequestInput
 from fleet.services.jobs import JobRequest
 from scheduler.cycle.queries import job_estimate
 
