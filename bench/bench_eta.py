@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 import sys
 import time
+from itertools import product
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -26,6 +27,7 @@ sys.path.insert(0, str(ROOT / "bench"))
 
 from bench_policy_quality import SCENARIOS, TRACE, window_jobs  # noqa: E402
 
+from scheduler.core.eta_arrivals import DEFAULT_WINDOW  # noqa: E402
 from scheduler.policies import get_policy  # noqa: E402
 from scheduler.sim.cluster import parse_cluster  # noqa: E402
 from scheduler.sim.engine import simulate  # noqa: E402
@@ -43,13 +45,21 @@ def main() -> None:
     p.add_argument("--starts", default="0,20000,40000")
     p.add_argument("--size", type=int, default=2000)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument(
+        "--arrivals-window",
+        default="0",
+        help="seconds of recent submissions the forecast replays (0: the queue alone; "
+        f"{DEFAULT_WINDOW:.0f} is the default window of scheduler.core.eta_arrivals); "
+        "a comma list runs each",
+    )
     p.add_argument("--quick", action="store_true", help="one window of 500 jobs, 8x8")
     a = p.parse_args()
     if a.quick:
         a.starts, a.size, a.scenarios = "0", 500, "8x8@0.7"
+    windows = [float(w) for w in a.arrivals_window.split(",")]
     raw = load_philly(a.trace)
     header = (
-        f"{'scenario':10} {'window':>6} {'policy':10} {'jobs':>5} {'waited':>6} "
+        f"{'scenario':10} {'window':>6} {'policy':13} {'arrivals':>8} {'jobs':>5} {'waited':>6} "
         f"{'med err':>8} {'p90 err':>8} {'med err s':>9} {'cov wait':>8} {'cov all':>7} {'no eta':>6} "
         f"{'avg JCT s':>9} {'fcst s':>6}"
     )
@@ -62,15 +72,19 @@ def main() -> None:
             config = SimConfig(
                 cycle_interval=60.0, restart_overhead=60.0, checkpointing=True, plan_waits=True
             )
-            for name in a.policies.split(","):
-                driver = EtaDriver(get_policy(name))
+            for name, window in product(a.policies.split(","), windows):
+                driver = EtaDriver(get_policy(name), arrivals_window=window)
                 t0 = time.perf_counter()
                 result = simulate(jobs, cluster, driver, config, predictor=make_predictor())
                 m = eta_metrics(result, driver)
-                done = [r for r in result.state.jobs.values() if r.finish is not None]
-                jct = sum(r.finish - r.spec.submit for r in done) / max(len(done), 1)
+                spans = [
+                    r.finish - r.spec.submit
+                    for r in result.state.jobs.values()
+                    if r.finish is not None
+                ]
+                jct = sum(spans) / max(len(spans), 1)
                 print(
-                    f"{scen:10} {start:>6} {name:10} {m['eta_jobs']:>5} {m['eta_waited']:>6} "
+                    f"{scen:10} {start:>6} {name:13} {window:>8.0f} {m['eta_jobs']:>5} {m['eta_waited']:>6} "
                     f"{m['eta_median_abs_error_share']:>8.1%} {m['eta_p90_abs_error_share']:>8.1%} "
                     f"{m['eta_median_abs_error_s']:>9.0f} {m['eta_band_coverage']:>8.1%} "
                     f"{m['eta_band_coverage_all']:>7.1%} "

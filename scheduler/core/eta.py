@@ -4,11 +4,15 @@
 `estimate` plays the current plan forward: the plan's placements start now, every job ends
 at its expected time (prediction when the snapshot carries one, else its time limit; one
 already past it at the median learned share of its limit above what it has used),
-preempted jobs leave at once (before the plan's placements are booked), and at each end the remaining queue is placed again by best
-fit within quotas (a multi-node gang on all its nodes at once), in the policy's order (stopping at the first job that does not fit for
-a blocking policy such as fcfs). A job with a reservation is given at most its reserved
-start. New submissions, failures and the policy's finer rules (packing searches,
-preemption, re-ranking as jobs age) are not simulated, so these are estimates.
+preempted jobs leave at once (before the plan's placements are booked), and at each end
+the remaining queue is placed again by best fit within quotas (a multi-node gang on all its
+nodes at once), in the policy's order (stopping at the first job that does not fit for a
+blocking policy such as fcfs). Given `arrivals`, the submissions expected meanwhile join
+the queue as they come, each where the policy ranks it (`scheduler.core.eta_arrivals`): a
+short job expected in an hour goes ahead of a long one waiting now under gittins, as it
+will. A job with a reservation is given at most its reserved start. Failures and the
+policy's finer rules (packing searches, preemption, re-ranking as jobs age) are not
+simulated, so these are estimates.
 
 The work is capped: at most `max_events` end events and `horizon` seconds ahead; jobs
 still waiting then get no ETA. Each event costs one best fit per distinct request shape
@@ -19,12 +23,15 @@ few milliseconds per event.
 from __future__ import annotations
 
 import heapq
-from bisect import bisect_right
+import math
+from bisect import bisect_right, insort
 from dataclasses import replace
 from itertools import count
 from typing import Any
 
 from scheduler.core.admission import admission_error
+from scheduler.core.eta_arrivals import Arrivals, Rank
+from scheduler.core.eta_arrivals import rank as rank_arrivals
 from scheduler.core.model import PendingJob, Plan, Snapshot
 from scheduler.core.placement import FreeCapacity, Members
 from scheduler.core.quota import QuotaLedger
@@ -42,8 +49,10 @@ def estimate(
     plan: Plan | None = None,
     max_events: int = DEFAULT_MAX_EVENTS,
     horizon: float = DEFAULT_HORIZON,
+    arrivals: Arrivals | None = None,
 ) -> dict[int, Estimate]:
-    """job id -> (queue position, estimated start or None, reason) for every pending job."""
+    """job id -> (queue position, estimated start or None, reason) for every pending job.
+    `arrivals`: the submissions expected meanwhile (`scheduler.core.eta_arrivals`)."""
     if plan is None:
         plan = policy.schedule(snapshot)
     now = snapshot.now
@@ -82,25 +91,55 @@ def estimate(
         end = now + job.expected_runtime
         heapq.heappush(ends, (end, next(seq), job, members))
 
-    remaining = [pending[i] for i in plan.order if i in pending and i not in out]
+    remaining: list[tuple[Rank, PendingJob]]
+    if arrivals is not None and arrivals.recent:
+        templates = arrivals.templates()
+        ranks, follows = rank_arrivals(snapshot, policy, plan.order, templates)
+        stream = arrivals.stream(now, templates)
+    else:
+        ranks = {job_id: (i, -1, 0) for i, job_id in enumerate(plan.order)}
+        follows, stream = [], iter(())
+    remaining = sorted(
+        (ranks.get(job_id, (len(ranks), -1, job_id)), pending[job_id])
+        for job_id in pending
+        if job_id not in out
+    )
+    real_left = len(remaining)
+    # Expected jobs ranked behind every real one still waiting cannot delay one: left out.
+    last_real = remaining[-1][0] if remaining else (-1, -1, 0)
     blocking = bool(getattr(policy, "blocking", False))
     events = 0
-    while remaining and ends and events < max_events:
-        t = ends[0][0]
-        if t - now > horizon:
+    coming = next(stream, None)
+    while real_left and events < max_events:
+        t = min(ends[0][0] if ends else math.inf, coming[0] if coming else math.inf)
+        if t - now > horizon:  # also when nothing is left to happen (inf)
             break
+        released = bool(ends) and ends[0][0] <= t
         while ends and ends[0][0] <= t:
             _, _, job, members = heapq.heappop(ends)
             cap.release_members(job, members)
             quota.release(job)
-        events += 1
-        live = cap.shapes_that_fit(remaining)
+        new: list[tuple[Rank, PendingJob]] = []
+        while coming is not None and coming[0] <= t:
+            _, copy, i, job = coming
+            item = ((follows[i], copy, i), job)
+            coming = next(stream, None)
+            if item[0] < last_real:
+                insort(remaining, item, key=_rank_of)
+                new.append(item)
+        if released:
+            events += 1
+        # Only an end frees GPUs: after submissions alone, only the new jobs may start.
+        candidates = remaining if released else new
+        live = cap.shapes_that_fit([job for _, job in candidates])
         if not live:
             continue
-        still: list[PendingJob] = []
-        for i, job in enumerate(remaining):
+        if blocking and not released:
+            first = remaining[0][0]
+            candidates = [item for item in candidates if item[0] == first]
+        started: set[int] = set()
+        for _, job in candidates:
             if not live:
-                still.extend(remaining[i:])
                 break
             shape = FreeCapacity.shape(job)
             choice = None
@@ -109,20 +148,26 @@ def estimate(
                 if choice is None:
                     live.discard(shape)
             if choice is None:
-                still.append(job)
                 if blocking:
-                    still.extend(remaining[i + 1 :])
                     break
                 continue
             cap.take_members(job, choice)
             quota.take(job)
-            out[job.id] = (position[job.id], t, reasons.get(job.id, ""))
+            started.add(id(job))
+            if job.id in pending:
+                out[job.id] = (position[job.id], t, reasons.get(job.id, ""))
+                real_left -= 1
             heapq.heappush(ends, (t + job.expected_runtime, next(seq), job, choice))
-        remaining = still
+        if started:
+            remaining = [item for item in remaining if id(item[1]) not in started]
+            while remaining and remaining[-1][1].id < 0:
+                remaining.pop()
+            last_real = remaining[-1][0] if remaining else last_real
 
     capped = "; no estimate within the forecast window"
-    for job in remaining:
-        out[job.id] = (position[job.id], None, reasons.get(job.id, "") + capped)
+    for _, job in remaining:
+        if job.id in pending:
+            out[job.id] = (position[job.id], None, reasons.get(job.id, "") + capped)
     for job_id, start in reserved.items():
         if job_id in out:
             pos, eta, reason = out[job_id]
@@ -130,6 +175,10 @@ def estimate(
     for job_id in pending:
         out.setdefault(job_id, (position[job_id], None, reasons.get(job_id, "")))
     return out
+
+
+def _rank_of(item: tuple[Rank, PendingJob]) -> Rank:
+    return item[0]
 
 
 def _expected_end(job: Any, now: float, ratios: list[float]) -> float:

@@ -8,6 +8,10 @@ a capped list of recent outcomes; each forecast cycle replays that list into a c
 and publishes its bounds in the cache, where pages and the API read them to show a band
 around an ETA.
 
+`recent_arrivals` reads the submissions the forecast expects again (see
+scheduler.core.eta_arrivals): every job submitted in the last window, whatever its state
+now, so that the short jobs that already ran and ended count too.
+
 All of it is advisory: if Redis loses these keys, or cannot be reached, the band falls back
 to the default (and says it is not yet learned); a cycle never fails because of it.
 """
@@ -18,13 +22,18 @@ import json
 import logging
 import math
 from collections.abc import Iterable, Mapping
-from datetime import datetime
+from datetime import datetime, timedelta
 from typing import Any
 
 from django.core.cache import cache
+from django.db.models import F
 
+from fleet.models import Job
+from scheduler.core.eta_arrivals import DEFAULT_WINDOW, Arrivals
 from scheduler.core.eta_band import EtaCalibration
+from scheduler.core.model import PendingJob
 from scheduler.cycle.lock import redis_client
+from scheduler.cycle.snapshot import DbSnapshot, epoch
 
 log = logging.getLogger(__name__)
 
@@ -143,6 +152,37 @@ def band_for(
         datetime.fromtimestamp(low, tz=eta.tzinfo),
         datetime.fromtimestamp(high, tz=eta.tzinfo),
     )
+
+
+# Job columns that are PendingJob fields of the same name.
+_SAME_FIELDS = (
+    "gpus", "gpu_memory_mb", "gpu_compute_percent", "min_gpu_memory_mb", "priority", "qos",
+    "preemptible", "name", "gpus_per_node", "cpus", "memory_mb", "same_group",
+)  # fmt: skip
+
+
+def recent_arrivals(snap: DbSnapshot, window: float = DEFAULT_WINDOW) -> Arrivals:
+    """The jobs submitted in the last `window` seconds, as each was queued (runtime
+    predicted from the snapshot's history), for `estimate(..., arrivals=...)`."""
+    since = snap.now - timedelta(seconds=window)
+    rows = Job.objects.filter(submitted_at__gt=since).values(
+        "id", "owner_id", "time_limit", "gpu_model", *_SAME_FIELDS,
+        slug=F("team__slug"), username=F("owner__username"), at=epoch("submitted_at"),
+    )  # fmt: skip
+    jobs = [
+        PendingJob(
+            id=r["id"],
+            team=r["slug"],
+            user=r["username"],
+            submitted_at=r["at"].timestamp() if isinstance(r["at"], datetime) else float(r["at"]),
+            time_limit=float(r["time_limit"]),
+            gpu_model=r["gpu_model"] or None,
+            predicted_runtime=snap.predict(r["owner_id"], r["name"], r["time_limit"]),
+            **{name: r[name] for name in _SAME_FIELDS},
+        )
+        for r in rows
+    ]
+    return Arrivals.from_submissions(snap.core.now, jobs, window)
 
 
 def _append_outcomes(client: Any, items: list[str]) -> None:

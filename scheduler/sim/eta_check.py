@@ -24,12 +24,15 @@ from __future__ import annotations
 
 import math
 import time
+from collections import deque
 from typing import Any
 
 import numpy as np
 
 from scheduler.core.eta import estimate
+from scheduler.core.eta_arrivals import Arrivals
 from scheduler.core.eta_band import EtaCalibration
+from scheduler.core.model import PendingJob
 from scheduler.sim.engine import PolicyDriver, SimResult, apply_plan
 from scheduler.sim.state import SimState
 
@@ -39,9 +42,20 @@ class EtaDriver(PolicyDriver):
     # a forecast is made in the first cycle a job waits.
     may_preempt = None  # type: ignore[assignment]
 
-    def __init__(self, policy: Any, calibration: EtaCalibration | None = None):
+    def __init__(
+        self,
+        policy: Any,
+        calibration: EtaCalibration | None = None,
+        arrivals_window: float = 0.0,
+    ):
+        """`arrivals_window`: seconds of recent submissions the forecast replays as the
+        ones to expect (`scheduler.core.eta_arrivals`); 0 forecasts the queue alone."""
         super().__init__(policy)
         self.calibration = calibration or EtaCalibration()
+        self.arrivals_window = arrivals_window
+        # Every job as first queued, oldest first (the recent ones are the arrival mix).
+        self._submitted: deque[PendingJob] = deque()
+        self._seen: set[int] = set()
         # job id -> (forecast at, forecast start or None, band low, band high, calibrated)
         self.forecasts: dict[int, tuple[float, float | None, float, float, bool]] = {}
         self._open: set[int] = set()  # forecast, not started yet
@@ -55,10 +69,23 @@ class EtaDriver(PolicyDriver):
         plan = self.policy.schedule(snap)
         self.cycles += 1
         fresh = [j.id for j in snap.pending if j.id not in self.forecasts]
+        for job in snap.pending:
+            if job.id not in self._seen:
+                self._seen.add(job.id)
+                self._submitted.append(job)
+        while self._submitted and self._submitted[0].submitted_at <= state.now - max(
+            self.arrivals_window, 0.0
+        ):
+            self._submitted.popleft()
         if fresh:
-            t0 = time.perf_counter()
-            forecast = estimate(snap, self.policy, plan=plan)
-            self.forecast_seconds += time.perf_counter() - t0
+            t0 = time.process_time()
+            arrivals = None
+            if self.arrivals_window > 0:
+                arrivals = Arrivals.from_submissions(
+                    state.now, self._submitted, self.arrivals_window
+                )
+            forecast = estimate(snap, self.policy, plan=plan, arrivals=arrivals)
+            self.forecast_seconds += time.process_time() - t0
             calibrated = self.calibration.calibrated
             placed = {p.job_id for p in plan.places}
             for job_id in fresh:
