@@ -264,101 +264,6 @@ def run_one(
     return allocated, stranded, slivers, shared, placed, seconds
 
 
-def snapshot_of(cap: FreeCapacity, fleet: tuple[NodeState, ...], pending: list[PendingJob]):  # type: ignore[no-untyped-def]
-    """What a cycle sees: each GPU's free memory and compute, and the waiting requests."""
-    from scheduler.core.model import Snapshot
-
-    nodes = []
-    for n in fleet:
-        gpus = []
-        for g in n.gpus:
-            mem, comp = cap.free_on(n.name, g.index)
-            gpus.append(GpuState(g.index, g.model, g.memory_mb, mem, comp))
-        nodes.append(NodeState(n.name, tuple(gpus)))
-    return Snapshot(now=float(len(pending)), nodes=tuple(nodes), pending=tuple(pending))
-
-
-def run_cycles(
-    name: str, fleet: tuple[NodeState, ...], mix: list[PendingJob], batch: int, seed: int
-) -> tuple[tuple[float, float, int, int, int, float], int, int, int, float]:
-    """Row measures (as run_one), cycles, cycles the ILP solved (optimal or stopped at a
-    work limit with a solution), cycles it kept greedy's plan, CPU s per cycle."""
-    from scheduler.policies import get_policy
-    from scheduler.policies.packing.ilp import IlpPolicy
-
-    cap = FreeCapacity(fleet)
-    by_id = {j.id: j for j in mix}
-    arrived = placed = cycles = solved = kept = 0
-    waiting: list[PendingJob] = []
-    cpu = 0.0
-    params = {"seed": seed} if name in ("genetic", "annealing") else {}
-    policy = get_policy(name, **params)
-    while arrived < len(mix):
-        waiting += mix[arrived : arrived + batch]
-        arrived += batch
-        snapshot = snapshot_of(cap, fleet, waiting)
-        t0 = time.process_time()
-        plan = policy.schedule(snapshot)
-        cpu += time.process_time() - t0
-        cycles += 1
-        if isinstance(policy, IlpPolicy):
-            last = policy.last
-            solved += last is not None and last.status in ("optimal", "feasible")
-            kept += any("kept greedy's plan" in n for n in plan.notes)
-        done = set()
-        for place in plan.places:
-            cap.take(by_id[place.job_id], place.node, place.gpu_indices)
-            done.add(place.job_id)
-        placed += len(done)
-        waiting = [j for j in waiting if j.id not in done]
-        if waiting:
-            break
-    allocated, stranded, slivers, shared = measure(fleet_state(cap, fleet), mix)
-    row = (allocated, stranded, slivers, shared, placed, cpu)
-    return row, cycles, solved, kept, cpu / max(cycles, 1)
-
-
-def policy_rows(args: argparse.Namespace) -> None:
-    names = args.policies.split(",")
-    rows: dict[str, list[tuple[float, float, int, int, int, float]]] = {n: [] for n in names}
-    extra: dict[str, list[tuple[int, int, int, float]]] = {n: [] for n in names}
-    for seed in range(1, args.policy_seeds + 1):
-        fleet = build_fleet(args.nodes, seed)
-        gpus = sum(len(n.gpus) for n in fleet)
-        mix = requests(4 * gpus, seed, fleet, args.named)
-        line = [f"seed {seed}: {len(fleet)} nodes, {gpus} GPUs, batch {args.batch}"]
-        for name in names:
-            row, cycles, solved, kept, per_cycle = run_cycles(name, fleet, mix, args.batch, seed)
-            rows[name].append(row)
-            extra[name].append((cycles, solved, kept, per_cycle))
-            line.append(f"{name}/cycle {row[1] * 100:.2f}%")
-        print("; ".join(line), flush=True)
-    print()
-    print(
-        f"{'policy':<16} {'allocated %':>14} {'stranded %':>14} {'slivers':>8} {'placed':>7}"
-        f" {'cycles':>7} {'ilp solved':>10} {'kept greedy':>11} {'CPU s/cycle':>12}"
-    )
-    for name in names:
-        r = rows[name]
-        alloc = [x[0] * 100 for x in r]
-        strand = [x[1] * 100 for x in r]
-        cycles = sum(e[0] for e in extra[name])
-        solved = sum(e[1] for e in extra[name])
-        kept = sum(e[2] for e in extra[name])
-        ilp = name == "ilp"
-        print(
-            f"{name + '/cycle':<16} {_ms(alloc):>14} {_ms(strand):>14}"
-            f" {statistics.mean(x[2] for x in r):8.0f} {statistics.mean(x[4] for x in r):7.0f}"
-            f" {cycles:7d} {(str(solved) if ilp else '-'):>10} {(str(kept) if ilp else '-'):>11}"
-            f" {statistics.mean(e[3] for e in extra[name]):12.2f}"
-        )
-    print(
-        "mean ± standard deviation over seeds; ilp solved: cycles the solver returned a plan"
-        " (optimal, or the best found at a work limit), no fallback; kept greedy: cycles"
-        " where greedy's plan scored higher on the solver's objective and was kept (noted)"
-    )
-
-
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--seeds", type=int, default=5)
@@ -372,11 +277,13 @@ def main() -> None:
     parser.add_argument("--policy-seeds", type=int, default=2)
     parser.add_argument("--batch", type=int, default=200)
     args = parser.parse_args()
-    if args.policies:
-        policy_rows(args)
-        return
-    if args.cycle:
-        cycle_cost(args.cycle.split(","), args.repeat)
+    if args.policies or args.cycle:
+        from bench_packing_cycles import cycle_cost, policy_rows
+
+        if args.policies:
+            policy_rows(args)
+        else:
+            cycle_cost(args.cycle.split(","), args.repeat)
         return
     names = ("first-fit", "best-fit", "fleet-bestfit", "frag-mix", "frag-hist")
     rows: dict[str, list[tuple[float, float, int, int, int, float]]] = {n: [] for n in names}
@@ -398,22 +305,39 @@ def main() -> None:
             line.append(f"{name} {row[1] * 100:.2f}%")
         print("; ".join(line), flush=True)
     base = rows["first-fit"]
-    print()
-    print(
-        f"{'placement':<14} {'allocated %':>14} {'stranded %':>14} {'x first-fit':>12}"
-        f" {'slivers':>8} {'shared':>7} {'placed':>7} {'s/run':>6}"
-    )
-    for name in names:
-        r = rows[name]
-        alloc = [x[0] * 100 for x in r]
-        strand = [x[1] * 100 for x in r]
+
+    def rest(r: list[Row]) -> str:
         ratio = [x[1] / b[1] if b[1] else float("nan") for x, b in zip(r, base, strict=True)]
-        print(
-            f"{name:<14} {_ms(alloc):>14} {_ms(strand):>14} {_ms(ratio, 2):>12}"
+        return (
+            f" {_ms(ratio, 2):>12}"
             f" {statistics.mean(x[2] for x in r):8.0f} {statistics.mean(x[3] for x in r):7.0f}"
             f" {statistics.mean(x[4] for x in r):7.0f} {statistics.mean(x[5] for x in r):6.2f}"
         )
+
+    print_rows(
+        ("placement", 14),
+        f" {'x first-fit':>12} {'slivers':>8} {'shared':>7} {'placed':>7} {'s/run':>6}",
+        {name: (rows[name], rest(rows[name])) for name in names},
+    )
     print("mean ± standard deviation over seeds; x first-fit: per-seed ratio of stranded shares")
+
+
+# (allocated, stranded, slivers, shared GPUs, requests placed, seconds) of one run.
+Row = tuple[float, float, int, int, int, float]
+
+
+def print_rows(
+    first: tuple[str, int], header: str, lines: dict[str, tuple[list[Row], str]]
+) -> None:
+    """A blank line, a header, then one line per label: allocated and stranded shares over
+    seeds (mean ± standard deviation, in %), then the label's own further cells."""
+    title, width = first
+    print()
+    print(f"{title:<{width}} {'allocated %':>14} {'stranded %':>14}{header}")
+    for label, (r, rest) in lines.items():
+        alloc = [x[0] * 100 for x in r]
+        strand = [x[1] * 100 for x in r]
+        print(f"{label:<{width}} {_ms(alloc):>14} {_ms(strand):>14}{rest}")
 
 
 def _ms(values: list[float], digits: int = 2) -> str:
@@ -429,24 +353,6 @@ def _true_demand(fleet: tuple[NodeState, ...], named: float) -> Demand:
         s = shape_of(j)
         counts[s] = counts.get(s, 0) + 1
     return normalize(counts.items())
-
-
-def cycle_cost(policies: list[str], repeat: int) -> None:
-    """bench_cycle_pure's snapshot (1,000 nodes x 8 GPUs, 10,000 pending), timed with
-    settings "placement" best_fit and fragmentation in the same run."""
-    from dataclasses import replace
-    from types import MappingProxyType
-
-    from bench_cycle_pure import build_snapshot, time_policy
-
-    snapshot = build_snapshot()
-    print(f"{'policy':<10} {'best_fit ms CPU':>16} {'fragmentation ms CPU':>21} {'x':>6}")
-    for name in policies:
-        times = []
-        for mode in ("best_fit", "fragmentation"):
-            s = replace(snapshot, settings=MappingProxyType({"placement": mode}))
-            times.append(time_policy(name, s, repeat)[0] * 1e3)
-        print(f"{name:<10} {times[0]:16.1f} {times[1]:21.1f} {times[1] / times[0]:6.2f}")
 
 
 Sampler = Callable[[], PendingJob]
