@@ -7,15 +7,12 @@ and the pending jobs' current reason, position and ETA (so only changes are writ
 
 from __future__ import annotations
 
-from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import datetime
 from types import MappingProxyType
 from typing import Any
 
 from django.contrib.auth import get_user_model
-from django.db import connection
-from django.db.models import F, FloatField, Func
 from django.utils import timezone
 
 from fleet.models import Gpu, GpuRelease, Job, JobEvent, JobMember, JobState, Node, Team
@@ -30,14 +27,20 @@ from scheduler.core.model import (
     TeamState,
 )
 from scheduler.core.prediction import RuntimePredictor
-from scheduler.core.service_distribution import summarize
 from scheduler.cycle.config import COMMON, settings_get
-from scheduler.cycle.snapshot_jobs import pending_jobs, running_jobs, seconds, seconds_or
-from scheduler.cycle.usage import gpu_equivalent, team_usage
-from scheduler.policies.gavel import SpeedLearner, speed_key
-
-# Finished states whose runtime says how long such a job really takes.
-HISTORY_STATES = (JobState.SUCCEEDED, JobState.TIMEOUT)
+from scheduler.cycle.history import (
+    learn_history,
+    learn_speeds,
+)
+from scheduler.cycle.snapshot_jobs import (
+    JobInputs,
+    epoch,
+    pending_jobs,
+    running_jobs,
+    seconds,
+    seconds_or,
+)
+from scheduler.cycle.usage import team_usage
 
 # (state_reason, queue_position, eta in whole seconds since the epoch)
 WaitFields = tuple[str, int | None, int | None]
@@ -66,138 +69,6 @@ class DbSnapshot:
     def param(self, key: str) -> Any:
         value = self.params.get(key)
         return COMMON[key].default if value is None else value
-
-
-def epoch(name: str) -> Any:
-    """The column in seconds since the epoch. PostgreSQL computes it: parsing tens of
-    thousands of timestamps in Python would cost more than the rest of the snapshot."""
-    if connection.vendor == "postgresql":
-        return Func(
-            F(name), template="date_part('epoch', %(expressions)s)", output_field=FloatField()
-        )
-    return F(name)
-
-
-@dataclass(frozen=True)
-class History:
-    """What recent finished jobs teach: runtime ratios per owner and name (predictions), and
-    the size distributions `gittins` ranks by (GPU-seconds; runtime / time limit)."""
-
-    predictor: RuntimePredictor
-    service: tuple[float, ...] = ()
-    limit_ratio: tuple[float, ...] = ()
-    # (owner id, name, time limit) -> prediction, filled as snapshots ask.
-    predictions: dict[tuple[int, str, int], float | None] = field(
-        default_factory=dict, compare=False
-    )
-
-    def predict(self, owner: int, name: str, limit: int) -> float | None:
-        if self.predictor.observations() == 0:
-            return None
-        key = (owner, name, limit)
-        try:
-            return self.predictions[key]
-        except KeyError:
-            value = self.predictions[key] = self.predictor.predict(str(owner), name, float(limit))
-            return value
-
-
-# The last history learned, with the fingerprint of the rows it was learned from.
-_history_cache: dict[str, tuple[str, History]] = {}
-_HISTORY_COLUMNS = (
-    "owner_id", "name", "time_limit", "gpus", "gpu_compute_percent", "started_at", "finished_at",
-)  # fmt: skip
-
-
-def _history_fingerprint(recent: Any) -> str | None:
-    """An md5 of the rows `recent` reads, computed by PostgreSQL (one short row back instead
-    of thousands); None elsewhere."""
-    if connection.vendor != "postgresql":
-        return None
-    sql, params = recent.values_list("id", *_HISTORY_COLUMNS).query.sql_with_params()
-    names = [f"c{i}" for i in range(len(_HISTORY_COLUMNS) + 1)]  # the id, then the columns
-    fields = ", ".join(f"coalesce({n}::text, '-')" for n in names)  # a NULL stays in place
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"SELECT md5(string_agg(concat_ws('|', {fields}), ',' ORDER BY c0)) "
-            f"FROM ({sql}) AS r({', '.join(names)})",
-            params,
-        )
-        found = cursor.fetchone()
-    return None if found is None or found[0] is None else str(found[0])
-
-
-def learn_history(limit: int) -> History:
-    """Learn from the `limit` most recent finished jobs (keyed by owner id).
-
-    On PostgreSQL, when those rows read the same as at the last call (an md5 of them,
-    computed by the database), the history of that call is returned, with the predictions
-    it has made: a finished job's row seldom changes, and reading and learning 5,000 of them
-    every cycle cost more than the rest of the snapshot's pending jobs."""
-    if limit <= 0:
-        return History(RuntimePredictor())
-    recent = Job.objects.filter(
-        state__in=HISTORY_STATES, started_at__isnull=False, finished_at__isnull=False
-    ).order_by("-id")[:limit]
-    fingerprint = _history_fingerprint(recent)
-    cached = _history_cache.get("last")
-    if fingerprint is not None and cached is not None and cached[0] == fingerprint:
-        return cached[1]
-    predictor = RuntimePredictor()
-    rows = recent.values_list(
-        "owner_id", "name", "time_limit", "gpus", "gpu_compute_percent",
-        epoch("started_at"), epoch("finished_at"),
-    )  # fmt: skip
-    sizes: list[float] = []
-    ratios: list[float] = []
-    for owner, name, limit_s, gpus, comp, started, finished in reversed(list(rows)):
-        runtime = max(0.0, seconds_or(finished, 0.0) - seconds_or(started, 0.0))
-        predictor.update(str(owner), name, float(limit_s), runtime)
-        sizes.append(runtime * gpu_equivalent(gpus, comp))
-        ratios.append(min(runtime / float(limit_s), 1.0))
-    history = History(predictor, summarize(sizes), summarize(ratios))
-    if fingerprint is not None:
-        _history_cache["last"] = (fingerprint, history)
-    return history
-
-
-# Seconds a learned speed table is used before finished jobs are read for it again.
-SPEED_TABLE_TTL = 300.0
-_speed_cache: dict[str, tuple[int, float, Mapping[str, Mapping[str, float]]]] = {}
-
-
-def learn_speeds(
-    limit: int, models: Mapping[tuple[int, int], str], *, now: float
-) -> Mapping[str, Mapping[str, float]]:
-    """Relative speed per job class and GPU model (gavel's `SpeedLearner`), from the `limit`
-    most recent finished jobs that ran in one attempt on GPUs of one model (`models`: (node
-    id, GPU index) -> model). Read again at most every SPEED_TABLE_TTL seconds."""
-    cached = _speed_cache.get("table")
-    if cached is not None and cached[0] == limit and 0 <= now - cached[1] < SPEED_TABLE_TTL:
-        return cached[2]
-    learner = SpeedLearner()
-    rows = (
-        Job.objects.filter(
-            state__in=HISTORY_STATES, requeues=0, node__isnull=False,
-            started_at__isnull=False, finished_at__isnull=False,
-        )
-        .order_by("-id")
-        .values_list(
-            "owner__username", "name", "time_limit", "node_id", "gpu_indices", "gpus",
-            "gpus_per_node", epoch("started_at"), epoch("finished_at"),
-        )[: max(limit, 0)]
-    )  # fmt: skip
-    for user, name, limit_s, node_id, indices, gpus, per_node, started, finished in rows:
-        if per_node and gpus > per_node:
-            continue  # a gang's other members may have run on other models
-        kinds = {models.get((node_id, int(i))) for i in indices or ()}
-        model = kinds.pop() if len(kinds) == 1 else None
-        if model is not None and limit_s:
-            runtime = seconds_or(finished, 0.0) - seconds_or(started, 0.0)
-            learner.observe(speed_key(user or "", name), model, runtime, float(limit_s))
-    table = learner.table()
-    _speed_cache["table"] = (limit, now, table)
-    return table
 
 
 @dataclass
@@ -397,33 +268,13 @@ def build_snapshot(*, now: datetime | None = None, save_usage: bool = True) -> D
     snap.predictor = history.predictor
     # Earlier attempts' service, in GPU-seconds like gittins' size distribution.
     earlier = attempt_history({r[0] for r in active if r[14]} | {r[0] for r in pending if r[18]})
-    never = Attempts()
-    predict = history.predict
-
-    running, runs = running_jobs(
-        active,
-        t_now=t_now,
-        teams=teams,
-        users=users,
-        node_names=node_names,
-        members=members,
-        earlier=earlier,
-        never=never,
-        predict=predict,
-    )
+    inputs = JobInputs(t_now, teams, users, earlier, Attempts(), history.predict)
+    running, runs = running_jobs(active, inputs, node_names=node_names, members=members)
     for r in active:
         if r[3] in node_names:
             snap.attempts[r[0]] = r[17]
             snap.requeues[r[0]] = (r[14], r[15])
-    queued = pending_jobs(
-        pending,
-        t_now=t_now,
-        teams=teams,
-        users=users,
-        earlier=earlier,
-        never=never,
-        predict=predict,
-    )
+    queued = pending_jobs(pending, inputs)
     for r in pending:
         snap.attempts[r[0]] = r[14]
         stored_eta = seconds(r[17])

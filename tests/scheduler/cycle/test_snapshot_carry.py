@@ -11,7 +11,8 @@ from django.db import connection
 from django.utils import timezone
 
 from fleet.models import Job
-from scheduler.cycle.snapshot import build_snapshot, learn_history
+from scheduler.cycle.history import learn_history
+from scheduler.cycle.snapshot import build_snapshot
 from scheduler.cycle.snapshot_jobs import CARRIED
 from tests.scheduler.cycle.conftest import make_job, make_node, make_running
 

@@ -11,8 +11,9 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from scheduler.cycle import snapshot as snapshot_module
-from scheduler.cycle.snapshot import SPEED_TABLE_TTL, build_snapshot
+from scheduler.cycle import history as history_module
+from scheduler.cycle.history import SPEED_TABLE_TTL
+from scheduler.cycle.snapshot import build_snapshot
 from scheduler.policies.gavel import MIN_SAMPLES
 from tests.scheduler.cycle.conftest import make_job, make_node
 
@@ -21,9 +22,9 @@ pytestmark = pytest.mark.django_db
 
 @pytest.fixture(autouse=True)
 def fresh_cache() -> Iterator[None]:
-    snapshot_module._speed_cache.clear()
+    history_module._speed_cache.clear()
     yield
-    snapshot_module._speed_cache.clear()
+    history_module._speed_cache.clear()
 
 
 def finished(owner: Any, team: Any, node: Any, runtime: float, **fields: Any) -> None:
