@@ -64,6 +64,17 @@ class JobInputs:
     never: Any
     predict: Predict
 
+    def of(
+        self, job_id: int, team_id: int, owner_id: int, name: str, limit: int
+    ) -> tuple[Any, float | None, str, str]:
+        """One job's earlier attempts, predicted runtime, team slug and owner's name."""
+        return (
+            self.earlier.get(job_id, self.never),
+            self.predict(owner_id, name, limit),
+            self.teams[team_id][1],
+            self.users.get(owner_id, ""),
+        )
+
 
 class CarriedJobs:
     """job id -> (the values an object was built from, the object), from the last build."""
@@ -87,10 +98,7 @@ def running_jobs(
 ) -> tuple[list[RunningJob], list[Run]]:
     """Assigned and running jobs (rows of `snapshot._active_fields()`) whose node exists, and
     the runs of running ones for team usage."""
-    t_now, teams, users, earlier, never = (
-        inputs.t_now, inputs.teams, inputs.users, inputs.earlier, inputs.never
-    )  # fmt: skip
-    predict = inputs.predict
+    t_now = inputs.t_now
     last = carried.running
     kept: dict[int, tuple[tuple[Any, ...], RunningJob]] = {}
     running: list[RunningJob] = []
@@ -106,10 +114,8 @@ def running_jobs(
         if node is None:
             continue  # its node was deleted: nothing to place around
         start = seconds_or(started, seconds_or(assigned, t_now))
-        past = earlier.get(job_id, never)
-        predicted = predict(owner_id, name, limit)
+        past, predicted, team, user = inputs.of(job_id, team_id, owner_id, name, limit)
         ranks = members.get(job_id, ())
-        team, user = teams[team_id][1], users.get(owner_id, "")
         key = (
             row, node, start, predicted, past.ran, past.queued_at, past.checkpointed, team,
             user, tuple(node_names.get(n) for _, n, _ in ranks) if ranks else (), tuple(ranks),
@@ -168,10 +174,7 @@ def pending_jobs(
     pending: Sequence[tuple[Any, ...]], inputs: JobInputs, *, carried: CarriedJobs = CARRIED
 ) -> list[PendingJob]:
     """Pending jobs from rows of `snapshot._pending_fields()`, in the rows' order."""
-    t_now, teams, users, earlier, never = (
-        inputs.t_now, inputs.teams, inputs.users, inputs.earlier, inputs.never
-    )  # fmt: skip
-    predict = inputs.predict
+    t_now = inputs.t_now
     last = carried.pending
     kept: dict[int, tuple[tuple[Any, ...], PendingJob]] = {}
     queued: list[PendingJob] = []
@@ -182,9 +185,7 @@ def pending_jobs(
             priority, qos, preemptible, name, attempt, _, _, _, requeues,
             per_node, cpus, memory_mb, same_group,
         ) = row  # fmt: skip
-        past = earlier.get(job_id, never)
-        predicted = predict(owner_id, name, limit)
-        team, user = teams[team_id][1], users.get(owner_id, "")
+        past, predicted, team, user = inputs.of(job_id, team_id, owner_id, name, limit)
         submitted_at = seconds_or(submitted, t_now)
         key = (row[:15], row[18:], submitted_at, predicted, past.ran, past.queued_at, team, user)
         hit = last.get(job_id)
