@@ -21,12 +21,9 @@ from a forecast of hours.
 Waits are not exchangeable over time (a burst of arrivals delays everything forecast just
 before it), so fixed percentiles of past ratios cover less than they promise when the queue
 changes. The quantile level therefore adapts online as in adaptive conformal inference
-(Gibbs and Candes, NeurIPS 2021), at each end separately: after each outcome, the miss
-rate aimed at below the band moves by `step` x (0.1 - started before it), and above it by
-`step` x (0.1 - started after it), so misses widen the band on their side and hits narrow
-it, and over any long run the share of starts inside approaches 80% whatever the drift.
-Forecasts err mostly one way at a time (a queue that grows makes every start late), and a
-band widened on both sides for late starts would be wide where no start falls.
+(Gibbs and Candes, NeurIPS 2021): after each outcome, the miss rate aimed at moves by
+`step` x (0.2 - missed), so misses widen the band and hits narrow it, and over any long run
+the share of starts inside approaches 80% whatever the drift.
 
 Until `min_samples` outcomes are known the band is DEFAULT_BAND (half to twice the
 forecast wait), which says plainly that it is not yet learned (`calibrated` false).
@@ -42,11 +39,7 @@ from typing import Any
 
 PAD_S = 60.0
 DEFAULT_BAND = (math.log(0.5), math.log(2.0))
-MISS = 0.20  # the share of starts the band may miss (an 80% band), half at each end
-# An end's adapted miss rate may go below 0 (a band wider than every ratio seen, extended
-# past the extremes) when starts keep falling outside it.
-MISS_FLOOR = -0.5
-MIN_SPREAD = 1.0  # log-ratio range assumed beyond the extremes when the seen one is smaller
+MISS = 0.20  # the share of starts the band may miss (an 80% band)
 # Upper edges (seconds of forecast wait) of the buckets ratios are kept in; the last is open.
 BUCKETS = (60.0, 900.0, 3 * 3600.0)
 
@@ -67,9 +60,8 @@ class EtaCalibration:
         self.window = window
         self.min_samples = min_samples
         self.step = step
-        # The adapted miss rates (below the band, above it) each bucket's percentiles are
-        # taken at (index -1: pooled).
-        self.miss = [(MISS / 2, MISS / 2)] * (len(BUCKETS) + 2)
+        # The adapted miss rate each bucket's percentiles are taken at (index -1: pooled).
+        self.miss = [MISS] * (len(BUCKETS) + 2)
         self._ratios: deque[float] = deque(maxlen=window)
         self._by_bucket = [deque[float](maxlen=window) for _ in range(len(BUCKETS) + 1)]
         self._bounds: dict[int, tuple[float, float]] = {}
@@ -121,7 +113,7 @@ class EtaCalibration:
         ratio = math.log((max(actual_wait, 0.0) + PAD_S) / (forecast_wait + PAD_S))
         if not judged:
             lo, hi = self.log_bounds(forecast_wait)
-            self._adapt(forecast_wait, (ratio > max(hi, 0.0)) - (ratio < min(lo, 0.0)))
+            self._adapt(forecast_wait, not (min(lo, 0.0) <= ratio <= max(hi, 0.0)))
         self._ratios.append(ratio)
         self._by_bucket[_bucket(forecast_wait)].append(ratio)
         self._bounds = {}
@@ -137,19 +129,13 @@ class EtaCalibration:
         when the job finally starts: otherwise the outcomes known at any moment are biased
         toward jobs that started early, and the band stays too narrow while a queue grows."""
         if math.isfinite(forecast_wait):
-            self._adapt(max(forecast_wait, 0.0), 1)
+            self._adapt(max(forecast_wait, 0.0), True)
 
-    def _adapt(self, forecast_wait: float, side: int) -> None:
-        """Move each end's miss rate by `step` x (its share - missed at that end); `side`:
-        -1 the start came before the band, 1 after it, 0 inside."""
+    def _adapt(self, forecast_wait: float, missed: bool) -> None:
         if not self.calibrated or self.step <= 0:
             return
         key = self._key(forecast_wait)
-        lo, hi = self.miss[key]
-        half = MISS / 2
-        lo += self.step * (half - (side < 0))
-        hi += self.step * (half - (side > 0))
-        self.miss[key] = (min(max(lo, MISS_FLOOR), half * 4), min(max(hi, MISS_FLOOR), half * 4))
+        self.miss[key] = min(max(self.miss[key] + self.step * (MISS - missed), 0.01), 0.9)
         self._bounds.pop(key, None)
 
     @property
@@ -177,8 +163,8 @@ class EtaCalibration:
         bounds = self._bounds.get(key)
         if bounds is None:
             ordered = sorted(self._ratios if key < 0 else self._by_bucket[key])
-            lo, hi = self.miss[key]
-            bounds = self._bounds[key] = (_quantile(ordered, lo), _quantile(ordered, 1 - hi))
+            half = self.miss[key] / 2
+            bounds = self._bounds[key] = (_quantile(ordered, half), _quantile(ordered, 1 - half))
         return bounds
 
     def _key(self, wait: float) -> int:
@@ -199,11 +185,7 @@ class EtaCalibration:
 
 
 def _quantile(ordered: list[float], q: float) -> float:
-    """Linear-interpolated quantile of a sorted, non-empty list; beyond [0, 1] (a band that
-    must be wider than every ratio seen) extended past the extremes by the range's share."""
-    if q < 0 or q > 1:
-        spread = max(ordered[-1] - ordered[0], MIN_SPREAD)
-        return ordered[0] + q * spread if q < 0 else ordered[-1] + (q - 1) * spread
+    """Linear-interpolated quantile of a sorted, non-empty list."""
     pos = q * (len(ordered) - 1)
     i = int(pos)
     if i + 1 >= len(ordered):

@@ -59,7 +59,7 @@ def test_a_job_found_waiting_past_its_band_counts_as_a_miss_at_once() -> None:
     before = calibration.log_bounds(600.0)
     for _ in range(5):
         calibration.observe_overdue(600.0)
-    assert calibration.miss[calibration._key(600.0)][1] < 0.1  # aims wider above from now on
+    assert calibration.miss[calibration._key(600.0)] < 0.2  # aims wider from now on
     # Its start later adds its ratio without counting the miss twice.
     miss = list(calibration.miss)
     calibration.observe(600.0, 6000.0, judged=True)
@@ -124,29 +124,3 @@ def test_only_the_last_window_counts_and_bad_values_are_ignored() -> None:
     assert calibration.log_bounds() == pytest.approx((0.0, 0.0))
     with pytest.raises(ValueError):
         EtaCalibration(window=0)
-
-
-def test_late_starts_widen_the_band_above_and_not_below() -> None:
-    # Forecasts were right within 20%; from now on every start comes 3x later than told.
-    rng = random.Random(5)
-    calibration = EtaCalibration.from_outcomes(_outcome(rng, 0.1, 0.0) for _ in range(200))
-    low0, high0 = calibration.log_bounds(1800.0)
-    inside = []
-    for _ in range(300):
-        low, high = calibration.band(0.0, 1800.0)
-        actual = (1800.0 + PAD_S) * 3.0 - PAD_S
-        inside.append(low <= actual <= high)
-        calibration.observe(1800.0, actual)
-    low1, high1 = calibration.log_bounds(1800.0)
-    assert high1 >= math.log(3.0) > high0  # reaches the new error
-    assert low1 >= low0 - 1e-9  # the side no start fell on did not widen
-    assert sum(inside[-100:]) >= 75  # and holds the starts again
-
-
-def test_a_band_must_widen_past_every_ratio_seen_when_starts_keep_missing_it() -> None:
-    # 30 outcomes of 2x late, then many jobs found waiting past their band at once: the
-    # upper end goes beyond the largest ratio ever seen instead of stopping at it.
-    calibration = EtaCalibration.from_outcomes([(600.0, 1260.0)] * 30)
-    for _ in range(40):
-        calibration.observe_overdue(600.0)
-    assert calibration.log_bounds(600.0)[1] > math.log(2.0) + 1e-6
