@@ -9,7 +9,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from scheduler.core.model import Snapshot
+from scheduler.core.model import RunningJob, Snapshot
 from scheduler.core.preemption import PreemptionCost
 from scheduler.core.service_distribution import ServiceDistribution, bucket, summarize
 from scheduler.policies import get_policy
@@ -262,13 +262,13 @@ def test_the_vectorised_victim_filter_preempts_exactly_as_the_rule_alone(
 # -- what a preemption may throw away ------------------------------------------------------------
 
 
-def _wide_runner(ran: float, now: float = 50_000.0) -> object:
+def _wide_runner(ran: float, now: float = 50_000.0) -> RunningJob:
     # An 8-GPU job with a ten-day limit, `ran` seconds into its attempt: expected to need
     # months of GPU time more, by the ratios.
     return running(9, "n1", tuple(range(8)), started=now - ran, limit=864_000.0)
 
 
-def _loss_snap(runner: object, now: float = 50_000.0, **settings_kw) -> Snapshot:
+def _loss_snap(runner: RunningJob, now: float = 50_000.0, **settings_kw) -> Snapshot:
     # A 10-minute 1-GPU job waits for the full node.
     base = _snap([job(1, limit=600.0)], [runner], nodes=[node("n1", 8)], now=now, **settings_kw)
     return replace(base, limit_ratio_distribution=RATIOS)
