@@ -121,6 +121,7 @@ class PreemptionCost:
             ),
             max_per_job=max(0, int(get("preemption_max_per_job", MAX_PER_JOB_DEFAULT))),
             cost_weight=max(0.0, float(get("preemption_cost_weight", COST_WEIGHT_DEFAULT))),
+            loss_bound=max(0.0, float(get("preemption_loss_bound", LOSS_BOUND_DEFAULT))),
         )
 
     def keeps_checkpoints(self, job: RunningJob) -> bool:
@@ -143,7 +144,10 @@ class PreemptionCost:
 
     def loses_too_much(self, job: RunningJob, now: float, waiting_remaining: float) -> bool:
         """Whether preempting `job` would throw away more than `loss_bound` times the
-        GPU-seconds the waiting job is expected to need (`waiting_remaining`)."""
+        GPU-seconds the waiting job is expected to need (`waiting_remaining`); never with
+        `loss_bound` 0 (no bound)."""
+        if not self.loss_bound:
+            return False
         return self.lost_gpu_seconds(job, now) > self.loss_bound * waiting_remaining
 
     def seconds(self, job: RunningJob, now: float) -> float:

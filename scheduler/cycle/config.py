@@ -121,6 +121,14 @@ COMMON: dict[str, Param] = {
         help="Times a preemption's lost GPU-time counts against its gain.",
         maximum=1e3,
     ),
+    "preemption_loss_bound": Param(
+        "number",
+        16.0,
+        0.0,
+        help="gittins: most progress a preemption may throw away, in times the waiting "
+        "job's expected remaining GPU-time (0: no bound).",
+        maximum=1e6,
+    ),
     "preemption_gain_check": Param(
         "bool", True, help="las and gittins preempt only when the expected gain beats the cost."
     ),

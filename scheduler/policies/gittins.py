@@ -138,7 +138,7 @@ class GittinsPolicy(PreemptivePolicy):
         # job that does not fit and a running job, so the rule compares numbers and words a
         # reason only for a victim it allows.
         victim_left: dict[int, tuple[float, float, float]] = {}
-        weight, bound = costs.cost_weight, costs.loss_bound
+        weight, bound = costs.cost_weight, costs.loss_bound or math.inf  # 0: no bound
 
         def job_left(job: PendingJob) -> float:
             left = pending_left.get(job.id)

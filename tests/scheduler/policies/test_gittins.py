@@ -307,3 +307,17 @@ def test_loss_bound_lets_young_or_checkpointed_victims_go() -> None:
     # The job's own word counts over the setting.
     said = replace(_wide_runner(5 * 3600.0), checkpointed=True)
     assert [p.job_id for p in get_policy("gittins").schedule(_loss_snap(said)).preempts] == [9]
+
+
+def test_the_loss_bound_is_a_setting_and_zero_lifts_it() -> None:
+    runner = _wide_runner(5 * 3600.0)
+    assert get_policy("gittins").schedule(_loss_snap(runner)).preempts == ()
+    # A bound large enough for 40 GPU-hours against 6 GPU-minutes lets it go...
+    lifted = _loss_snap(runner, preemption_loss_bound=1e5)
+    assert [p.job_id for p in get_policy("gittins").schedule(lifted).preempts] == [9]
+    # ...and 0 means no bound at all, in the rule and in its numpy filter alike.
+    for policy in ("gittins", "gittins-tiers"):
+        unbounded = _loss_snap(runner, preemption_loss_bound=0)
+        assert [p.job_id for p in get_policy(policy).schedule(unbounded).preempts] == [9]
+    costs = PreemptionCost.from_settings({"preemption_loss_bound": 0})
+    assert not costs.loses_too_much(runner, 50_000.0, 1.0)
