@@ -160,7 +160,7 @@ def estimate(
             heapq.heappush(ends, (t + job.expected_runtime, next(seq), job, choice))
         if started:
             remaining = [item for item in remaining if id(item[1]) not in started]
-            while remaining and remaining[-1][1].id < 0:
+            while remaining and remaining[-1][0][1] >= 0:  # an expected job (real: -1)
                 remaining.pop()
             last_real = remaining[-1][0] if remaining else last_real
 
