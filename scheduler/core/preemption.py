@@ -64,7 +64,7 @@ def lost_work(job: RunningJob, now: float) -> float:
     return max(0.0, now - job.started_at) * job.gpu_equivalent
 
 
-# Defaults of the preemption cost settings (scheduler/cycle/config.py declares them).
+# Defaults of the preemption cost settings (scheduler/cycle/params.py declares them).
 RESTART_OVERHEAD_DEFAULT = 60.0  # seconds a restarted job spends before useful work
 CHECKPOINT_INTERVAL_DEFAULT = 0.0  # with checkpoints: 0 means continuous (nothing lost)
 MAX_PER_JOB_DEFAULT = 10  # preemptions a job may suffer; 0: no cap
