@@ -15,14 +15,10 @@ from typing import Any
 from django.contrib.auth import get_user_model
 from django.utils import timezone
 
-from fleet.models import Gpu, GpuRelease, Job, JobEvent, JobMember, JobState, Node, Team
-from fleet.models.jobs import ACTIVE_STATES, ActorKind
-from fleet.models.nodes import NodeState as NodeStatus
+from fleet.models import GpuRelease, JobEvent, JobMember, JobState, Team
+from fleet.models.jobs import ActorKind
 from fleet.services.job_reports import FRESH, RESUMED
 from scheduler.core.model import (
-    FULL_COMPUTE,
-    GpuState,
-    NodeState,
     Snapshot,
     TeamState,
 )
@@ -40,6 +36,8 @@ from scheduler.cycle.snapshot_jobs import (
     seconds,
     seconds_or,
 )
+from scheduler.cycle.snapshot_nodes import Allocation, build_nodes
+from scheduler.cycle.snapshot_rows import read_job_rows
 from scheduler.cycle.usage import team_usage
 
 # (state_reason, queue_position, eta in whole seconds since the epoch)
@@ -117,74 +115,6 @@ def attempt_history(job_ids: set[int]) -> dict[int, Attempts]:
     return out
 
 
-# What one member of an assigned/running attempt, or one stopping attempt's hold, takes on
-# its node: (node id, GPU indices, gpus, GPU memory, compute share, CPU cores, host memory).
-Allocation = tuple[int, Any, int, int | None, int | None, int, int]
-
-
-def _nodes(
-    allocations: list[Allocation],
-) -> tuple[tuple[NodeState, ...], dict[str, int], dict[int, str]]:
-    names: dict[int, str] = {}
-    states: dict[int, str] = {}
-    labels: dict[int, dict[str, str]] = {}
-    hosts: dict[int, tuple[int | None, int | None, str]] = {}
-    for node_id, name, state, node_labels, cpus, memory_mb, group in Node.objects.values_list(
-        "id", "name", "state", "labels", "cpus", "memory_mb", "group"
-    ):
-        names[node_id], states[node_id] = name, state
-        labels[node_id] = {str(k): str(v) for k, v in (node_labels or {}).items()}
-        hosts[node_id] = (cpus, memory_mb, group)
-    # (node id, index) -> [memory left, compute left]
-    used: dict[tuple[int, int], list[int]] = {}
-    # node id -> [CPU cores, host memory] taken
-    host_used: dict[int, list[int]] = {}
-    for node_id, indices, gpus, mem, comp, cpus, memory_mb in allocations:
-        taken = host_used.setdefault(node_id, [0, 0])
-        taken[0] += cpus or 0
-        taken[1] += memory_mb or 0
-        for index in indices or ():
-            slot = used.setdefault((node_id, int(index)), [0, 0])
-            if gpus:
-                slot[0], slot[1] = 1 << 40, FULL_COMPUTE
-            else:
-                slot[0] += mem or 0
-                slot[1] += comp or 0
-    gpus_of: dict[int, list[GpuState]] = {}
-    for node_id, index, model, memory in Gpu.objects.order_by("node_id", "index").values_list(
-        "node_id", "index", "model", "memory_mb"
-    ):
-        mem_used, comp_used = used.get((node_id, index), (0, 0))
-        gpus_of.setdefault(node_id, []).append(
-            GpuState(
-                index,
-                model,
-                memory,
-                max(0, memory - mem_used),
-                max(0, FULL_COMPUTE - comp_used),
-            )
-        )
-
-    def free(total: int | None, taken: int) -> int | None:
-        return None if total is None else max(0, total - taken)
-
-    nodes = tuple(
-        NodeState(
-            names[node_id],
-            tuple(gpus_of.get(node_id, ())),
-            schedulable=states[node_id] == NodeStatus.UP,
-            labels=MappingProxyType(labels[node_id]),
-            cpus=hosts[node_id][0],
-            memory_mb=hosts[node_id][1],
-            free_cpus=free(hosts[node_id][0], host_used.get(node_id, [0, 0])[0]),
-            free_memory_mb=free(hosts[node_id][1], host_used.get(node_id, [0, 0])[1]),
-            group=hosts[node_id][2],
-        )
-        for node_id in sorted(names, key=lambda i: names[i])
-    )
-    return nodes, {name: node_id for node_id, name in names.items()}, names
-
-
 def _releasing(now: datetime) -> list[Allocation]:
     """What stopping attempts still hold (fleet.models.GpuRelease), one row per member."""
     return list(
@@ -237,8 +167,8 @@ def build_snapshot(*, now: datetime | None = None, save_usage: bool = True) -> D
     t_now = now.timestamp()
     row = settings_get()
     params = dict(row.params or {})
-    active = list(Job.objects.filter(state__in=ACTIVE_STATES).values_list(*_active_fields()))
-    pending = list(Job.objects.filter(state=JobState.PENDING).values_list(*_pending_fields()))
+    rows = read_job_rows(_active_fields(), _pending_fields())
+    active, pending = rows.active, rows.pending
     # Rank 0 of every active job is its own row; the other members of multi-node jobs come
     # from their member rows.
     members = gang_members({r[0]: r[17] for r in active if r[19] and r[5] > r[19]})
@@ -247,7 +177,7 @@ def build_snapshot(*, now: datetime | None = None, save_usage: bool = True) -> D
         allocations.append((r[3], r[4], r[5], r[6], r[7], r[20], r[21]))
         for _, node_id, indices in members.get(r[0], ()):
             allocations.append((node_id, indices, r[5], r[6], r[7], r[20], r[21]))
-    nodes, node_ids, node_names = _nodes(allocations + _releasing(now))
+    nodes, node_ids, node_names = build_nodes(allocations + _releasing(now))
 
     snap = DbSnapshot(
         core=Snapshot(now=t_now, nodes=nodes),

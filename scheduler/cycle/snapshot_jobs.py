@@ -77,12 +77,23 @@ class JobInputs:
 
 
 class CarriedJobs:
-    """job id -> (the values an object was built from, the object), from the last build."""
+    """job id -> (the values an object was built from, the object, the row it was built from),
+    from the last build.
+
+    A row kept between snapshots (scheduler.cycle.snapshot_rows) is the same tuple object
+    while its version is the same, so a job whose row is the very tuple its object was built
+    from, in an unchanged context (team rows, predictor, nodes' names) and with the same
+    owner name and earlier attempts, keeps its object without comparing all its values."""
 
     def __init__(self) -> None:
-        self.running: dict[int, tuple[tuple[Any, ...], RunningJob]] = {}
-        self.pending: dict[int, tuple[tuple[Any, ...], PendingJob]] = {}
+        self.running: dict[int, tuple[tuple[Any, ...], RunningJob, tuple[Any, ...]]] = {}
+        self.pending: dict[int, tuple[tuple[Any, ...], PendingJob, tuple[Any, ...]]] = {}
+        # What the running and the pending objects were built in: (team rows, predictor,
+        # nodes' names) and (team rows, predictor).
+        self.running_context: tuple[Any, ...] | None = None
+        self.pending_context: tuple[Any, ...] | None = None
         self.reused = 0  # objects kept by the last build (for tests and benches)
+        self.by_row = 0  # of those, kept because their row was the same object
 
 
 CARRIED = CarriedJobs()
@@ -100,27 +111,47 @@ def running_jobs(
     the runs of running ones for team usage."""
     t_now = inputs.t_now
     last = carried.running
-    kept: dict[int, tuple[tuple[Any, ...], RunningJob]] = {}
+    same = carried.running_context == (inputs.teams, inputs.predict, node_names)
+    kept: dict[int, tuple[tuple[Any, ...], RunningJob, tuple[Any, ...]]] = {}
     running: list[RunningJob] = []
     runs: list[Run] = []
-    reused = 0
+    reused = by_row = 0
     for row in active:
         (
             job_id, team_id, owner_id, node_id, indices, gpus, mem, comp, started, assigned,
             limit, priority, qos, preemptible, requeues, max_requeues, name, attempt, state,
             per_node, cpus, memory_mb, submitted,
         ) = row  # fmt: skip
+        hit = last.get(job_id)
+        ranks = members.get(job_id, ())
+        if (
+            same
+            and hit is not None
+            and hit[2] is row
+            and (started is not None or assigned is not None)  # else it starts "now"
+            and hit[0][7] is inputs.earlier.get(job_id)
+            and hit[0][8] == inputs.users.get(owner_id, "")
+            and hit[0][10] == tuple(ranks)
+        ):
+            job = hit[1]
+            reused += 1
+            by_row += 1
+            kept[job_id] = hit
+            running.append(job)
+            if state == JobState.RUNNING and started is not None:
+                runs.append(Run(team_id, gpu_equivalent(gpus, comp), job.started_at, t_now))
+            continue
         node = node_names.get(node_id)
         if node is None:
             continue  # its node was deleted: nothing to place around
         start = seconds_or(started, seconds_or(assigned, t_now))
         past, predicted, team, user = inputs.of(job_id, team_id, owner_id, name, limit)
-        ranks = members.get(job_id, ())
         key = (
-            row, node, start, predicted, past.ran, past.queued_at, past.checkpointed, team,
+            row, node, start, predicted, past.ran, past.queued_at, past.checkpointed,
+            inputs.earlier.get(job_id),
             user, tuple(node_names.get(n) for _, n, _ in ranks) if ranks else (), tuple(ranks),
+            team,
         )  # fmt: skip
-        hit = last.get(job_id)
         if hit is not None and hit[0] == key:
             job = hit[1]
             reused += 1
@@ -156,12 +187,13 @@ def running_jobs(
                 else past.queued_at,
                 checkpointed=past.checkpointed,
             )
-        kept[job_id] = (key, job)
+        kept[job_id] = (key, job, row)
         running.append(job)
         if state == JobState.RUNNING and started is not None:
             runs.append(Run(team_id, gpu_equivalent(gpus, comp), start, t_now))
     carried.running = kept
-    carried.reused = reused
+    carried.running_context = (inputs.teams, inputs.predict, node_names)
+    carried.reused, carried.by_row = reused, by_row
     return running, runs
 
 
@@ -176,19 +208,36 @@ def pending_jobs(
     """Pending jobs from rows of `snapshot._pending_fields()`, in the rows' order."""
     t_now = inputs.t_now
     last = carried.pending
-    kept: dict[int, tuple[tuple[Any, ...], PendingJob]] = {}
+    same = carried.pending_context == (inputs.teams, inputs.predict)
+    kept: dict[int, tuple[tuple[Any, ...], PendingJob, tuple[Any, ...]]] = {}
     queued: list[PendingJob] = []
-    reused = 0
+    reused = by_row = 0
     for row in pending:
         (
             job_id, team_id, owner_id, submitted, limit, gpus, mem, comp, model, min_mem,
             priority, qos, preemptible, name, attempt, _, _, _, requeues,
             per_node, cpus, memory_mb, same_group,
         ) = row  # fmt: skip
+        hit = last.get(job_id)
+        if (
+            same
+            and hit is not None
+            and hit[2] is row
+            and submitted is not None  # else it was submitted "now"
+            and hit[0][8] is inputs.earlier.get(job_id)
+            and hit[0][7] == inputs.users.get(owner_id, "")
+        ):
+            reused += 1
+            by_row += 1
+            kept[job_id] = hit
+            queued.append(hit[1])
+            continue
         past, predicted, team, user = inputs.of(job_id, team_id, owner_id, name, limit)
         submitted_at = seconds_or(submitted, t_now)
-        key = (row[:15], row[18:], submitted_at, predicted, past.ran, past.queued_at, team, user)
-        hit = last.get(job_id)
+        key = (
+            row[:15], row[18:], submitted_at, predicted, past.ran, past.queued_at, team, user,
+            inputs.earlier.get(job_id),
+        )  # fmt: skip
         if hit is not None and hit[0] == key:
             job = hit[1]
             reused += 1
@@ -217,8 +266,10 @@ def pending_jobs(
                 preemptions=requeues,
                 queued_at=submitted_at if past.queued_at is None else past.queued_at,
             )
-        kept[job_id] = (key, job)
+        kept[job_id] = (key, job, row)
         queued.append(job)
     carried.pending = kept
+    carried.pending_context = (inputs.teams, inputs.predict)
     carried.reused += reused
+    carried.by_row += by_row
     return queued

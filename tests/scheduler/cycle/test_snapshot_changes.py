@@ -1,0 +1,150 @@
+"""A process reads the job rows in full once, then only those whose version changed: every
+kind of write after the first snapshot must show in the next one, whoever made it.
+
+These tests commit (transaction=True): inside one open transaction every row carries that
+transaction's version, and the snapshot reads everything in full there."""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+from django.db import connection, transaction
+
+from fleet.models import Job, JobState
+from fleet.services.job_states import SCHEDULER, job_transition
+from fleet.services.jobs import job_cancel
+from fleet.services.nodes import node_drain
+from scheduler.cycle import snapshot_rows
+from scheduler.cycle.snapshot import build_snapshot
+from scheduler.cycle.snapshot_rows import KEPT
+from tests.scheduler.cycle.conftest import make_job, make_node, make_running
+
+pytestmark = [
+    pytest.mark.django_db(transaction=True),
+    pytest.mark.skipif(connection.vendor != "postgresql", reason="row versions are PostgreSQL's"),
+]
+
+
+@pytest.fixture(autouse=True)
+def fresh_process(sent: Any, monkeypatch: Any) -> Iterator[None]:
+    KEPT.clear()  # as a process that starts: nothing kept from another test's database
+    # A few jobs here, so most of them change: read them by ids all the same.
+    monkeypatch.setattr(snapshot_rows, "FULL_READ_SHARE", 1.0)
+    yield
+    KEPT.clear()
+
+
+def _snapshot() -> Any:
+    return build_snapshot(save_usage=False).core
+
+
+def _pending(core: Any) -> dict[int, Any]:
+    return {j.id: j for j in core.pending}
+
+
+def test_the_second_snapshot_reads_only_the_rows_that_changed(owner: Any, team: Any) -> None:
+    make_node("sim-a", 4)
+    jobs = [make_job(owner, team) for _ in range(5)]
+    _snapshot()
+    assert KEPT.last == "full"
+    Job.objects.filter(pk=jobs[2].pk).update(priority=7)
+    core = _snapshot()
+    assert (KEPT.last, KEPT.fetched) == ("changes", 1)
+    assert _pending(core)[jobs[2].pk].priority == 7
+    assert [j.id for j in core.pending] == [j.pk for j in jobs]  # in id order, as read in full
+
+
+def test_a_priority_edit_a_new_job_and_a_wait_written_by_hand_are_seen(
+    owner: Any, team: Any
+) -> None:
+    make_node("sim-a", 4)
+    edited, waiting = make_job(owner, team), make_job(owner, team)
+    first = _snapshot()
+    Job.objects.filter(pk=edited.pk).update(priority=-5)
+    with connection.cursor() as cursor:  # as psql or another program would
+        cursor.execute(
+            f"UPDATE {Job._meta.db_table} SET state_reason = 'by hand', queue_position = 9 "
+            "WHERE id = %s",
+            [waiting.pk],
+        )
+    new = make_job(owner, team)
+    snap = build_snapshot(save_usage=False)
+    assert KEPT.last == "changes"
+    pending = _pending(snap.core)
+    assert pending[edited.pk].priority == -5
+    assert new.pk in pending
+    assert snap.waits[waiting.pk][:2] == ("by hand", 9)
+    # The wait is not something the policy reads: the object stays the same one.
+    assert pending[waiting.pk] is _pending(first)[waiting.pk]
+
+
+def test_a_cancelled_a_deleted_and_a_dispatched_job_leave_the_queue(owner: Any, team: Any) -> None:
+    node = make_node("sim-a", 4)
+    cancelled, deleted, dispatched, kept = (make_job(owner, team) for _ in range(4))
+    _snapshot()
+    job_cancel(user=owner, job=cancelled)
+    Job.objects.filter(pk=deleted.pk).delete()
+    Job.objects.filter(pk=dispatched.pk).update(
+        state=JobState.ASSIGNED, node=node, gpu_indices=[0, 1], gpus=2, attempt=1
+    )
+    core = _snapshot()
+    assert KEPT.last == "changes"
+    assert set(_pending(core)) == {kept.pk}
+    assert [(j.id, j.node, j.gpu_indices) for j in core.running] == [
+        (dispatched.pk, "sim-a", (0, 1))
+    ]
+    assert [g.is_whole_free for g in core.nodes[0].gpus] == [False, False, True, True]
+
+
+def test_a_requeued_job_moves_from_running_to_pending_and_its_gpus_free_up(
+    owner: Any, team: Any
+) -> None:
+    node = make_node("sim-a", 2)
+    job = make_running(owner, team, node, [0, 1], preemptible=True)
+    first = _snapshot()
+    assert [j.id for j in first.running] == [job.pk] and not first.pending
+    job_transition(job_id=job.pk, action="preempt", actor=SCHEDULER, reason="x", attempt=1)
+    core = _snapshot()
+    assert KEPT.last == "changes"
+    assert not core.running and list(_pending(core)) == [job.pk]
+
+
+def test_a_drained_node_is_not_schedulable_in_the_next_snapshot(
+    owner: Any, team: Any, staff: Any
+) -> None:
+    node = make_node("sim-a", 4)
+    make_job(owner, team)
+    assert _snapshot().nodes[0].schedulable
+    node_drain(node=node, user=staff)
+    assert not _snapshot().nodes[0].schedulable
+
+
+def test_a_snapshot_inside_a_transaction_that_wrote_reads_all_and_keeps_nothing(
+    owner: Any, team: Any
+) -> None:
+    make_node("sim-a", 4)
+    job = make_job(owner, team)
+    _snapshot()
+    with transaction.atomic():
+        Job.objects.filter(pk=job.pk).update(priority=3)
+        assert _pending(_snapshot())[job.pk].priority == 3
+        assert KEPT.last == "full" and not KEPT.versions
+        # Its later writes carry the same version as the earlier ones.
+        Job.objects.filter(pk=job.pk).update(priority=4)
+        assert _pending(_snapshot())[job.pk].priority == 4
+    assert _pending(_snapshot())[job.pk].priority == 4
+
+
+def test_kept_rows_are_read_again_in_full_after_a_while(
+    owner: Any, team: Any, monkeypatch: Any
+) -> None:
+    make_node("sim-a", 4)
+    make_job(owner, team)
+    _snapshot()
+    _snapshot()
+    assert KEPT.last == "changes"
+    monkeypatch.setattr(snapshot_rows, "FULL_READ_EVERY_S", 0.0)
+    _snapshot()
+    assert KEPT.last == "full"
