@@ -4,15 +4,16 @@
 `estimate` plays the current plan forward: the plan's placements start now, every job ends
 at its expected time (prediction when the snapshot carries one, else its time limit; one
 already past it at the median learned share of its limit above what it has used),
-preempted jobs leave at once (before the plan's placements are booked), and at each end
+preempted jobs leave at once (before the plan's placements are booked) and the GPUs they
+leave free go to the queue a scheduling minute later (the next cycle), and at each end
 the remaining queue is placed again by best fit within quotas (a multi-node gang on all its
 nodes at once), in the policy's order (stopping at the first job that does not fit for a
 blocking policy such as fcfs). Given `arrivals`, the submissions expected meanwhile join
 the queue as they come, each where the policy ranks it (`scheduler.core.eta_arrivals`): a
 short job expected in an hour goes ahead of a long one waiting now under gittins, as it
 will. A job with a reservation is given at most its reserved start. Failures and the
-policy's finer rules (packing searches, preemption, re-ranking as jobs age) are not
-simulated, so these are estimates.
+policy's finer rules (packing searches, the preemptions of later cycles, re-ranking as jobs
+age) are not simulated, so these are estimates.
 
 The work is capped: at most `max_events` end events and `horizon` seconds ahead; jobs
 still waiting then get no ETA. Each event costs one best fit per distinct request shape
@@ -38,6 +39,9 @@ from scheduler.core.quota import QuotaLedger
 
 DEFAULT_MAX_EVENTS = 500
 DEFAULT_HORIZON = 30 * 86400.0
+# Seconds from a preemption to the start of the job it makes room for: the victim stops and
+# the next cycle places the waiting job (one scheduling minute).
+DEFAULT_PREEMPT_DELAY = 60.0
 
 Estimate = tuple[int, float | None, str]
 
@@ -50,9 +54,11 @@ def estimate(
     max_events: int = DEFAULT_MAX_EVENTS,
     horizon: float = DEFAULT_HORIZON,
     arrivals: Arrivals | None = None,
+    preempt_delay: float = DEFAULT_PREEMPT_DELAY,
 ) -> dict[int, Estimate]:
     """job id -> (queue position, estimated start or None, reason) for every pending job.
-    `arrivals`: the submissions expected meanwhile (`scheduler.core.eta_arrivals`)."""
+    `arrivals`: the submissions expected meanwhile (`scheduler.core.eta_arrivals`);
+    `preempt_delay`: seconds until the GPUs the plan frees by preemption can be used."""
     if plan is None:
         plan = policy.schedule(snapshot)
     now = snapshot.now
@@ -90,6 +96,10 @@ def estimate(
         quota.take(job)
         end = now + job.expected_runtime
         heapq.heappush(ends, (end, next(seq), job, members))
+    if plan.preempts:
+        # The GPUs the plan frees by preemption go to the queue once the victims have
+        # stopped, not at the next end: an event that releases nothing more.
+        heapq.heappush(ends, (now + preempt_delay, next(seq), None, ()))
 
     remaining: list[tuple[Rank, PendingJob]]
     if arrivals is not None and arrivals.recent:
@@ -117,8 +127,9 @@ def estimate(
         released = bool(ends) and ends[0][0] <= t
         while ends and ends[0][0] <= t:
             _, _, job, members = heapq.heappop(ends)
-            cap.release_members(job, members)
-            quota.release(job)
+            if job is not None:
+                cap.release_members(job, members)
+                quota.release(job)
         new: list[tuple[Rank, PendingJob]] = []
         while coming is not None and coming[0] <= t:
             _, copy, i, job = coming

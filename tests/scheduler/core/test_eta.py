@@ -80,3 +80,21 @@ def test_a_running_job_past_its_predicted_end_is_expected_at_the_learned_conditi
     # Finished jobs used 10%..100% of their limits: of those above 50%, the median is 80%.
     learned = replace(s, limit_ratio_distribution=tuple(i / 10 for i in range(1, 11)))
     assert estimate(learned, get_policy("fcfs"))[1][1] == 800.0
+
+
+def test_a_job_the_plan_preempts_for_is_expected_once_the_victim_has_stopped():
+    from scheduler.core.model import Plan, Preempt
+
+    # Job 8 holds both GPUs until 3600; the plan preempts it for job 1, which starts in the
+    # next cycle (the victim stops first), not when job 8 would have ended.
+    s = snap(
+        [node("a", 2)],
+        [job(1, 2, submitted=0, limit=600), job(2, 2, submitted=1, limit=600)],
+        [running(8, "a", (0, 1), started=0, limit=3600)],
+        now=1000.0,
+    )
+    plan = Plan("test", preempts=(Preempt(8, "for job 1"),), order=(1, 2))
+    out = estimate(s, get_policy("fcfs"), plan=plan)
+    assert out[1][1] == 1060.0
+    assert out[2][1] == 1660.0
+    assert estimate(s, get_policy("fcfs"), plan=plan, preempt_delay=10.0)[1][1] == 1010.0
