@@ -153,3 +153,42 @@ def _forget(kept: KeptRows, job_id: int) -> None:
     kept.active.pop(job_id, None)
     kept.pending.pop(job_id, None)
     kept.versions.pop(job_id, None)
+
+
+# Columns of a pending row (`snapshot._pending_fields()`) that are its wait as stored.
+WAIT_REASON, WAIT_POSITION, WAIT_ETA = 15, 16, 17
+
+
+def wait_versions(job_ids: Sequence[int], *, kept: KeptRows = KEPT) -> list[str] | None:
+    """The versions the kept rows of these pending jobs were read at, or None unless every
+    one of them is kept: a wait is then written only to the row as read (see
+    `waits_written`)."""
+    versions = kept.versions
+    pending = kept.pending
+    found = [versions.get(job_id) if job_id in pending else None for job_id in job_ids]
+    if any(version is None for version in found):
+        return None
+    return found  # type: ignore[return-value]
+
+
+def waits_written(
+    written: Sequence[tuple[int, str, str, int | None, float | None]],
+    *,
+    kept: KeptRows = KEPT,
+) -> None:
+    """Keep the rows the cycle's wait write produced: (job id, new version, reason,
+    position, ETA in seconds). The write was fenced on the version read, so each new row is
+    the kept one with its wait replaced; the job objects built from the kept row stay theirs
+    (the wait is not something the policy reads)."""
+    from scheduler.cycle.snapshot_jobs import CARRIED
+
+    carried = CARRIED.pending
+    for job_id, version, reason, position, eta in written:
+        old = kept.pending.get(job_id)
+        if old is None:
+            continue
+        row = (*old[:WAIT_REASON], reason, position, eta, *old[WAIT_ETA + 1 :])
+        kept.pending[job_id], kept.versions[job_id] = row, version
+        hit = carried.get(job_id)
+        if hit is not None and hit[2] is old:
+            carried[job_id] = (hit[0], hit[1], row)

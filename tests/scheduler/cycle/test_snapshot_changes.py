@@ -12,11 +12,13 @@ from typing import Any
 import pytest
 from django.db import connection, transaction
 
-from fleet.models import Job, JobState
+from fleet.models import Job, JobState, Node
 from fleet.services.job_states import SCHEDULER, job_transition
 from fleet.services.jobs import job_cancel
 from fleet.services.nodes import node_drain
 from scheduler.cycle import snapshot_rows
+from scheduler.cycle.apply import write_waits
+from scheduler.cycle.runner import run_cycle
 from scheduler.cycle.snapshot import build_snapshot
 from scheduler.cycle.snapshot_rows import KEPT
 from tests.scheduler.cycle.conftest import make_job, make_node, make_running
@@ -148,3 +150,37 @@ def test_kept_rows_are_read_again_in_full_after_a_while(
     monkeypatch.setattr(snapshot_rows, "FULL_READ_EVERY_S", 0.0)
     _snapshot()
     assert KEPT.last == "full"
+
+
+def test_the_waits_a_cycle_writes_are_kept_and_the_next_snapshot_reads_no_row_again(
+    owner: Any, team: Any
+) -> None:
+    make_node("sim-a", 1)
+    make_running(owner, team, Node.objects.get(name="sim-a"), [0])
+    waiting = [make_job(owner, team, gpus=1) for _ in range(3)]
+    record = run_cycle()
+    assert record is not None and record.timings["waits_written"] == 3
+    snap = build_snapshot(save_usage=False)
+    assert (KEPT.last, KEPT.fetched) == ("changes", 0)
+    stored = {
+        j.pk: (j.state_reason, j.queue_position, None if j.eta is None else int(j.eta.timestamp()))
+        for j in Job.objects.filter(pk__in=[w.pk for w in waiting])
+    }
+    assert snap.waits == stored
+    assert sorted(p for _, p, _ in stored.values()) == [1, 2, 3]
+
+
+def test_a_wait_is_not_written_over_a_row_changed_since_the_snapshot(owner: Any, team: Any) -> None:
+    make_node("sim-a", 1)
+    make_running(owner, team, Node.objects.get(name="sim-a"), [0])
+    edited, other = make_job(owner, team, gpus=1), make_job(owner, team, gpus=1)
+    snap = build_snapshot(save_usage=False)
+    Job.objects.filter(pk=edited.pk).update(priority=9, state_reason="edited meanwhile")
+    rows = [(edited.pk, "from the cycle", 1, None), (other.pk, "from the cycle", 2, None)]
+    assert write_waits(rows) == 1
+    assert Job.objects.get(pk=edited.pk).state_reason == "edited meanwhile"
+    assert Job.objects.get(pk=other.pk).state_reason == "from the cycle"
+    snap = build_snapshot(save_usage=False)
+    assert (KEPT.last, KEPT.fetched) == ("changes", 1)
+    assert _pending(snap.core)[edited.pk].priority == 9
+    assert snap.waits[other.pk][:2] == ("from the cycle", 2)
