@@ -10,7 +10,12 @@ record) and prints the milliseconds of each step. Scenarios:
   is the one after (no ETA forecast within "eta_interval", writes only what changed);
   "+eta" forecasts ETAs as well (eta_interval 0);
 - burst: about 60 % busy, so one cycle dispatches thousands of jobs, one compare-and-swap
-  transition each (prints the cost per dispatch).
+  transition each (prints the cost per dispatch);
+- warm burst (after the steady rows, in the same process, so the worker's kept rows and
+  objects are warm): running jobs holding about 1,000 GPUs end and 1,000 one-GPU jobs
+  arrive at the top priority, then one cycle dispatches them ("warm burst") and the cycle
+  after it runs ("warm after"). Within "eta_interval" of the last forecast and 5 s of it,
+  as a burst right after a forecast is: no ETA in it.
 
 The pure figure is `policy.schedule(snapshot)` on the snapshot the cycle built (best of
 three), the part that needs no database. "CPU ms" is the cycle's CPU time in this process
@@ -31,6 +36,7 @@ import sys
 import time
 from datetime import timedelta
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -155,11 +161,62 @@ def fill(*, nodes: int, pending: int, busy: float, seed: int) -> dict[str, int]:
     return {"running": len(running), "pending": pending, "gpus": len(gpus)}
 
 
-def pure_ms(policy_name: str) -> float:
+def burst(*, gpus: int, arrivals: int, seed: int) -> tuple[int, int]:
+    """End running jobs holding about `gpus` GPUs (as if their agents reported success) and
+    submit `arrivals` one-GPU jobs at the top priority; returns (jobs ended, GPUs freed)."""
+    from django.utils import timezone
+
+    from fleet.models import Job, JobState
+
+    rng = random.Random(seed)
+    running = list(
+        Job.objects.filter(state=JobState.RUNNING).values_list("id", "gpus", "owner_id", "team_id")
+    )
+    rng.shuffle(running)
+    ended, freed = [], 0
+    for job_id, size, _, _ in running:
+        if freed >= gpus:
+            break
+        ended.append(job_id)
+        freed += size
+    now = timezone.now()
+    Job.objects.filter(id__in=ended).update(
+        state=JobState.SUCCEEDED, finished_at=now, exit_code=0, updated_at=now
+    )
+    owners = [(owner, team) for _, _, owner, team in running[:60]]
+    Job.objects.bulk_create(
+        [
+            Job(
+                owner_id=owner, team_id=team, name=f"burst{i % 40}", command="x", gpus=1,
+                time_limit=3600, priority=100,
+            )
+            for i, (owner, team) in enumerate(rng.choice(owners) for _ in range(arrivals))
+        ],
+        batch_size=1000,
+    )  # fmt: skip
+    return len(ended), freed
+
+
+def _snapshot_aside() -> object:
+    """A snapshot for the pure figure that leaves what the cycles keep between them (rows,
+    job and node objects) as the last cycle left it: the next cycle then reads what a
+    production cycle would."""
+    from scheduler.cycle import snapshot_jobs, snapshot_nodes, snapshot_rows
     from scheduler.cycle.snapshot import build_snapshot
+
+    kept = [snapshot_rows.KEPT, snapshot_jobs.CARRIED, snapshot_nodes.CARRIED_NODES]
+    saved = [{k: dict(v) if isinstance(v, dict) else v for k, v in vars(o).items()} for o in kept]
+    try:
+        return build_snapshot(save_usage=False)
+    finally:
+        for obj, state in zip(kept, saved, strict=True):
+            vars(obj).update(state)
+
+
+def pure_ms(policy_name: str) -> float:
     from scheduler.policies import get_policy
 
-    snap = build_snapshot(save_usage=False)
+    snap: Any = _snapshot_aside()
     best = float("inf")
     for _ in range(3):
         policy = get_policy(policy_name, **snap.params)
@@ -197,6 +254,8 @@ def main() -> None:
     p.add_argument("--pending", type=int, default=10_000)
     p.add_argument("--seed", type=int, default=1)
     p.add_argument("--skip-burst", action="store_true")
+    p.add_argument("--burst-gpus", type=int, default=1000)
+    p.add_argument("--arrivals", type=int, default=1000)
     args = p.parse_args()
     _setup()
     from django.db import connection
@@ -224,6 +283,12 @@ def main() -> None:
         cycle(f"{name} next", pure)  # within eta_interval: no forecast, writes changes only
         settings_update(user=None, params={"eta_interval": 0})
         cycle(f"{name} +eta", pure)  # forecast every cycle
+        if name == "steady":
+            settings_update(user=None, params={})
+            ended, freed = burst(gpus=args.burst_gpus, arrivals=args.arrivals, seed=args.seed)
+            print(f"# {ended} running jobs end ({freed} GPUs), {args.arrivals} jobs arrive")
+            cycle("warm burst", pure)
+            cycle("warm after", pure)
 
 
 if __name__ == "__main__":
