@@ -22,8 +22,21 @@ Waits are not exchangeable over time (a burst of arrivals delays everything fore
 before it), so fixed percentiles of past ratios cover less than they promise when the queue
 changes. The quantile level therefore adapts online as in adaptive conformal inference
 (Gibbs and Candes, NeurIPS 2021): after each outcome, the miss rate aimed at moves by
-`step` x (0.2 - missed), so misses widen the band and hits narrow it, and over any long run
-the share of starts inside approaches 80% whatever the drift.
+`step` x (0.2 - missed), so misses widen the band and hits narrow it back, and over any long
+run the share of starts inside approaches 80% whatever the drift. Hits narrow it no further
+than the learned 80% percentiles (`max_miss`, default 0.2): starts come in bursts of one
+regime (a queue drains, dozens of jobs start inside their bands), and letting a burst of
+hits aim at a 30-55% band left the next regime's forecasts with a sliver of a band (on the
+recipe, coverage 61-64% against 83% with the limit).
+
+The starts alone arrive late and biased: at any moment the outcomes known are those of jobs
+that started, so forecasts that run late teach the band only hours after every forecast of
+the same regime has been shown. The jobs still waiting on their forecasts (`censor`) are
+therefore counted too, each as a right-censored ratio (it waited at least this long), and
+the percentiles are those of the Kaplan-Meier estimate over starts and waiting jobs
+together: a job found waiting past its forecast widens the upper end within a cycle, not
+when it finally starts. Where too few have started to reach the upper percentile, the band
+reaches the longest wait still running.
 
 Until `min_samples` outcomes are known the band is DEFAULT_BAND (half to twice the
 forecast wait), which says plainly that it is not yet learned (`calibrated` false).
@@ -52,11 +65,16 @@ def _bucket(wait: float) -> int:
 
 
 class EtaCalibration:
-    def __init__(self, window: int = 500, min_samples: int = 20, step: float = 0.05) -> None:
+    def __init__(
+        self, window: int = 500, min_samples: int = 20, step: float = 0.05, max_miss: float = MISS
+    ) -> None:
         if window < 1 or min_samples < 1:
             raise ValueError("window and min_samples must be at least 1")
         if not 0.0 <= step < 1.0:
             raise ValueError("step must be in [0, 1)")
+        if not 0.01 <= max_miss < 1.0:
+            raise ValueError("max_miss must be in [0.01, 1)")
+        self.max_miss = max_miss
         self.window = window
         self.min_samples = min_samples
         self.step = step
@@ -64,6 +82,9 @@ class EtaCalibration:
         self.miss = [MISS] * (len(BUCKETS) + 2)
         self._ratios: deque[float] = deque(maxlen=window)
         self._by_bucket = [deque[float](maxlen=window) for _ in range(len(BUCKETS) + 1)]
+        # Ratios the jobs still waiting have already reached (`censor`), pooled and by bucket.
+        self._waiting: list[float] = []
+        self._waiting_by_bucket: list[list[float]] = [[] for _ in range(len(BUCKETS) + 1)]
         self._bounds: dict[int, tuple[float, float]] = {}
         # Bounds read back from `published()` (a reader's copy: it learns nothing).
         self._fixed: dict[int, tuple[float, float]] | None = None
@@ -118,6 +139,23 @@ class EtaCalibration:
         self._by_bucket[_bucket(forecast_wait)].append(ratio)
         self._bounds = {}
 
+    def censor(self, waiting: Iterable[tuple[float, float]]) -> None:
+        """The jobs still waiting on their forecasts, as (forecast wait, seconds waited so
+        far): each counts as a ratio of at least what it has reached. Replaces the set given
+        before (call it each cycle with every job still waiting)."""
+        if self._fixed is not None:
+            raise TypeError("a published calibration is read-only")
+        self._waiting = []
+        self._waiting_by_bucket = [[] for _ in range(len(BUCKETS) + 1)]
+        for forecast_wait, waited in waiting:
+            if not (math.isfinite(forecast_wait) and math.isfinite(waited)):
+                continue
+            forecast_wait = max(forecast_wait, 0.0)
+            ratio = math.log((max(waited, 0.0) + PAD_S) / (forecast_wait + PAD_S))
+            self._waiting.append(ratio)
+            self._waiting_by_bucket[_bucket(forecast_wait)].append(ratio)
+        self._bounds = {}
+
     def overdue(self, forecast_wait: float, waited: float) -> bool:
         """Whether a job still waiting after `waited` seconds is past its band's end."""
         forecast_wait = max(forecast_wait, 0.0)
@@ -135,7 +173,7 @@ class EtaCalibration:
         if not self.calibrated or self.step <= 0:
             return
         key = self._key(forecast_wait)
-        self.miss[key] = min(max(self.miss[key] + self.step * (MISS - missed), 0.01), 0.9)
+        self.miss[key] = min(max(self.miss[key] + self.step * (MISS - missed), 0.01), self.max_miss)
         self._bounds.pop(key, None)
 
     @property
@@ -163,8 +201,13 @@ class EtaCalibration:
         bounds = self._bounds.get(key)
         if bounds is None:
             ordered = sorted(self._ratios if key < 0 else self._by_bucket[key])
+            waiting = self._waiting if key < 0 else self._waiting_by_bucket[key]
             half = self.miss[key] / 2
-            bounds = self._bounds[key] = (_quantile(ordered, half), _quantile(ordered, 1 - half))
+            if waiting:
+                bounds = _km_quantiles(ordered, sorted(waiting), half, 1 - half)
+            else:
+                bounds = (_quantile(ordered, half), _quantile(ordered, 1 - half))
+            self._bounds[key] = bounds
         return bounds
 
     def _key(self, wait: float) -> int:
@@ -191,3 +234,31 @@ def _quantile(ordered: list[float], q: float) -> float:
     if i + 1 >= len(ordered):
         return ordered[-1]
     return ordered[i] + (ordered[i + 1] - ordered[i]) * (pos - i)
+
+
+def _km_quantiles(
+    started: list[float], waiting: list[float], low: float, high: float
+) -> tuple[float, float]:
+    """The `low` and `high` quantiles of the Kaplan-Meier estimate over exact ratios
+    (`started`) and right-censored ones (`waiting`, each a lower bound), both sorted. A
+    censored ratio equal to an exact one is still at risk at it. Where the estimate never
+    reaches a level (too many still waiting beyond every start), the largest ratio reached."""
+    at_risk = len(started) + len(waiting)
+    survive = 1.0
+    found: list[float] = []
+    levels = (low, high)
+    i = j = 0
+    while i < len(started) and len(found) < 2:
+        if j < len(waiting) and waiting[j] < started[i]:
+            at_risk -= 1
+            j += 1
+            continue
+        survive *= 1.0 - 1.0 / at_risk
+        at_risk -= 1
+        while len(found) < 2 and 1.0 - survive >= levels[len(found)] - 1e-12:
+            found.append(started[i])
+        i += 1
+    top = max(started[-1] if started else -math.inf, waiting[-1] if waiting else -math.inf)
+    while len(found) < 2:
+        found.append(top)
+    return found[0], found[1]

@@ -4,9 +4,10 @@ The first forecast of every waiting job (when it was made and the start it named
 in Redis, a field per job in one hash, until the job starts or the forecast's horizon
 passes. Each forecast cycle marks the jobs still waiting past their band's end (a miss,
 counted at once) and, when a cycle starts a job, the pair (forecast wait, actual wait) joins
-a capped list of recent outcomes; each forecast cycle replays that list into a calibration
-and publishes its bounds in the cache, where pages and the API read them to show a band
-around an ETA.
+a capped list of recent outcomes; each forecast cycle replays that list into a calibration,
+adds the jobs still waiting on their first forecasts (censored: they have waited at least
+this long) and publishes its bounds in the cache, where pages and the API read them to show
+a band around an ETA.
 
 `recent_arrivals` reads the submissions the forecast expects again (see
 scheduler.core.eta_arrivals): every job submitted in the last window, whatever its state
@@ -51,8 +52,10 @@ def follow_forecasts(
 ) -> int:
     """After a forecast: keep the first forecast of each waiting job that has one (later
     ones do not replace it: the band is about what a job's owner was told when it started
-    waiting), count a miss for each waiting job now past the end of its first forecast's
-    band, and drop first forecasts older than `ttl_s`. Returns the misses found this time.
+    waiting), give the calibration every job still waiting on its first forecast (each a
+    ratio of at least what it has reached, `EtaCalibration.censor`) and publish its bounds
+    again, count a miss for each waiting job now past the end of its first forecast's band,
+    and drop first forecasts older than `ttl_s`. Returns the misses found this time.
 
     One read of every kept forecast and one write of what changed, whatever the queue's
     length: a forecast over thousands of waiting jobs costs a few Redis round trips, not
@@ -66,8 +69,15 @@ def follow_forecasts(
                 new[str(job_id)] = f"{now:.3f} {eta:.3f}"
         marks, marked, expired = [], {}, []
         horizon = max(float(ttl_s), 60.0)
+        firsts = {
+            job_id: tuple(float(x) for x in text.removesuffix(OVERDUE).split())
+            for job_id, text in kept.items()
+        }
+        calibration.censor(
+            (eta - at, now - at) for job_id, (at, eta) in firsts.items() if job_id in estimates
+        )
         for job_id, text in kept.items():
-            at, eta = (float(x) for x in text.removesuffix(OVERDUE).split())
+            at, eta = firsts[job_id]
             if job_id in estimates and not text.endswith(OVERDUE):
                 if calibration.overdue(eta - at, now - at):
                     marks.append(json.dumps([round(max(eta - at, 0.0), 1), None]))
@@ -82,6 +92,7 @@ def follow_forecasts(
             pipe.hdel(FIRST_KEY, *expired)
         pipe.execute()
         _append_outcomes(client, marks)
+        _publish(calibration)
         return len(marks)
     except Exception:  # noqa: BLE001 - advisory: the cycle goes on without it
         log.warning("could not keep ETA forecasts in Redis", exc_info=True)
@@ -123,11 +134,15 @@ def refresh_band() -> EtaCalibration:
         log.warning("could not read ETA outcomes from Redis", exc_info=True)
         outcomes = []
     calibration = EtaCalibration.from_outcomes(outcomes, window=WINDOW)
+    _publish(calibration)
+    return calibration
+
+
+def _publish(calibration: EtaCalibration) -> None:
     try:
         cache.set(BAND_KEY, calibration.published(), timeout=None)
     except Exception:  # noqa: BLE001 - advisory
         log.warning("could not publish the ETA band", exc_info=True)
-    return calibration
 
 
 def current_calibration() -> EtaCalibration:

@@ -17,7 +17,11 @@ jobs that started before, as production learns it). `eta_metrics` then reports:
   with the forecast; `eta_band_coverage_all`: the same over every job the band was given for
   (all but those the forecasting plan placed at once); `eta_band_calibrated_share`: how many bands came from a learned
   calibration rather than the default;
-- `eta_median_abs_error_s`: the same error in seconds, over every forecast job.
+- `eta_median_abs_error_s`: the same error in seconds, over every forecast job;
+- with `shown_every`, `eta_shown_median_abs_error_share` and `eta_shown_band_coverage`: the
+  same over the forecasts every waiting job showed at those cycles (error over the wait
+  still ahead from then, jobs with at least a cycle interval of it), `eta_shown_samples`
+  how many.
 """
 
 from __future__ import annotations
@@ -47,10 +51,22 @@ class EtaDriver(PolicyDriver):
         policy: Any,
         calibration: EtaCalibration | None = None,
         arrivals_window: float = 0.0,
+        censored: bool = True,
+        shown_every: int = 0,
     ):
         """`arrivals_window`: seconds of recent submissions the forecast replays as the
-        ones to expect (`scheduler.core.eta_arrivals`); 0 forecasts the queue alone."""
+        ones to expect (`scheduler.core.eta_arrivals`); 0 forecasts the queue alone.
+        `censored`: the band counts the jobs still waiting on their forecasts
+        (`EtaCalibration.censor`), as production does; False: starts alone.
+        `shown_every`: every this many cycles, also record the forecast and band every
+        waiting job shows then (production forecasts each cycle and a page shows the latest:
+        what an owner sees at any time, not only right after submitting); 0: never."""
         super().__init__(policy)
+        self.censored = censored
+        self.shown_every = shown_every
+        # (job id, at, forecast start, band low, band high) of every waiting job each
+        # `shown_every` cycles.
+        self.shown: list[tuple[int, float, float, float, float]] = []
         self.calibration = calibration or EtaCalibration()
         self.arrivals_window = arrivals_window
         # Every job as first queued, oldest first (the recent ones are the arrival mix).
@@ -77,7 +93,8 @@ class EtaDriver(PolicyDriver):
             self.arrivals_window, 0.0
         ):
             self._submitted.popleft()
-        if fresh:
+        show = self.shown_every > 0 and self.cycles % self.shown_every == 0
+        if fresh or show:
             t0 = time.process_time()
             arrivals = None
             if self.arrivals_window > 0:
@@ -88,6 +105,11 @@ class EtaDriver(PolicyDriver):
             self.forecast_seconds += time.process_time() - t0
             calibrated = self.calibration.calibrated
             placed = {p.job_id for p in plan.places}
+            if show:
+                for job_id, (_, eta, _) in forecast.items():
+                    if eta is not None and job_id not in placed:
+                        low, high = self.calibration.band(state.now, max(eta, state.now))
+                        self.shown.append((job_id, state.now, eta, low, high))
             for job_id in fresh:
                 _, eta, _ = forecast.get(job_id, (0, None, ""))
                 if eta is None:
@@ -119,7 +141,15 @@ class EtaDriver(PolicyDriver):
                 judged = job_id in self._overdue
                 self.calibration.observe(eta - at, first - at, judged=judged)
                 self._overdue.discard(job_id)
-            elif job_id not in self._overdue and self.calibration.overdue(eta - at, state.now - at):
+        waiting = []
+        for job_id in self._open:
+            at, eta, _, _, _ = self.forecasts[job_id]
+            if eta is not None and job_id not in self._placed:
+                waiting.append((job_id, at, eta))
+        if self.censored:
+            self.calibration.censor((eta - at, state.now - at) for _, at, eta in waiting)
+        for job_id, at, eta in waiting:
+            if job_id not in self._overdue and self.calibration.overdue(eta - at, state.now - at):
                 self._overdue.add(job_id)
                 self.calibration.observe_overdue(eta - at)
 
@@ -143,6 +173,12 @@ def eta_metrics(result: SimResult, driver: EtaDriver, min_wait: float = 60.0) ->
             inside.append(low <= first <= high)
             calibrated.append(cal)
     total = len(driver.forecasts)
+    shown_errors, shown_inside = [], []
+    for job_id, at, eta, low, high in driver.shown:
+        first = result.state.jobs[job_id].first_start
+        if first is not None and first - at >= min_wait:
+            shown_errors.append(abs(eta - first) / (first - at))
+            shown_inside.append(low <= first <= high)
 
     def pct(values: list[float], q: float) -> float:
         return float(np.percentile(values, q)) if values else math.nan
@@ -158,4 +194,7 @@ def eta_metrics(result: SimResult, driver: EtaDriver, min_wait: float = 60.0) ->
         "eta_band_coverage_all": float(np.mean(inside_all)) if inside_all else math.nan,
         "eta_band_calibrated_share": float(np.mean(calibrated)) if calibrated else math.nan,
         "eta_forecast_seconds": driver.forecast_seconds,
+        "eta_shown_samples": len(shown_errors),
+        "eta_shown_median_abs_error_share": pct(shown_errors, 50),
+        "eta_shown_band_coverage": float(np.mean(shown_inside)) if shown_inside else math.nan,
     }

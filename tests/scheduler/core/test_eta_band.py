@@ -31,7 +31,9 @@ def test_a_learned_band_covers_about_eighty_percent_of_new_starts(
         low, high = calibration.band(1000.0, 1000.0 + forecast)
         inside += low <= 1000.0 + actual <= high
         calibration.observe(forecast, actual)
-    assert 0.77 <= inside / trials <= 0.83
+    # Hits narrow the band no further than the learned percentiles, so it errs wide: within
+    # the 75-85% asked of it, above 80%.
+    assert 0.79 <= inside / trials <= 0.85
 
 
 def test_when_errors_grow_the_adaptive_band_keeps_its_coverage_and_a_fixed_one_does_not() -> None:
@@ -124,3 +126,39 @@ def test_only_the_last_window_counts_and_bad_values_are_ignored() -> None:
     assert calibration.log_bounds() == pytest.approx((0.0, 0.0))
     with pytest.raises(ValueError):
         EtaCalibration(window=0)
+
+
+def test_jobs_still_waiting_past_their_forecasts_widen_the_band_before_any_starts() -> None:
+    # Forecasts were right until now; then every job forecast to wait 10 minutes is still
+    # waiting after 30: the starts alone know nothing of it yet.
+    calibration = EtaCalibration.from_outcomes([(600.0, 600.0)] * 100)
+    assert calibration.band(0.0, 600.0) == (600.0, 600.0)
+    calibration.censor([(600.0, 1800.0)] * 50)
+    low, high = calibration.band(0.0, 600.0)
+    assert low == 600.0 and high == pytest.approx(1800.0)
+    # Jobs that have not yet reached their forecast change nothing, and the set is replaced
+    # each time it is given.
+    calibration.censor([(600.0, 300.0)] * 50)
+    assert calibration.band(0.0, 600.0) == (600.0, 600.0)
+
+
+def test_counting_the_waiting_jobs_recovers_the_percentiles_the_starts_alone_miss() -> None:
+    # Forecasts of an hour, made one each 30 s for 5 hours; actual waits spread around the
+    # forecast. Five hours in, the jobs that started are mostly the early ones.
+    rng = random.Random(11)
+    now, started, waiting, truth = 5 * 3600.0, [], [], []
+    for i in range(600):
+        at = 30.0 * i
+        actual = (3600.0 + PAD_S) * math.exp(rng.gauss(0.3, 0.8)) - PAD_S
+        truth.append(math.log((actual + PAD_S) / (3600.0 + PAD_S)))
+        if at + actual <= now:
+            started.append((3600.0, actual))
+        else:
+            waiting.append((3600.0, now - at))
+    assert len(waiting) > 100
+    expected = sorted(truth)[int(0.9 * len(truth))]
+    starts_only = EtaCalibration.from_outcomes(started, window=1000)
+    with_waiting = EtaCalibration.from_outcomes(started, window=1000)
+    with_waiting.censor(waiting)
+    assert starts_only.log_bounds(3600.0)[1] < expected - 0.3
+    assert with_waiting.log_bounds(3600.0)[1] == pytest.approx(expected, abs=0.2)

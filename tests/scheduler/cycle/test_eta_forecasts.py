@@ -167,3 +167,19 @@ def test_first_forecasts_are_kept_once_and_dropped_after_the_horizon(
     assert set(clean_eta_keys.hgetall("fleet:eta:first")) == {b"4"}
     outcomes = [json.loads(x) for x in clean_eta_keys.lrange(eta_learning.OUTCOMES_KEY, 0, -1)]
     assert outcomes == [[80.0, None]]
+
+
+def test_jobs_still_waiting_on_their_first_forecasts_widen_the_published_band(
+    clean_eta_keys: Any,
+) -> None:
+    # Thirty outcomes, all on time: the learned band is the forecast itself.
+    calibration = eta_learning.EtaCalibration.from_outcomes([(600.0, 600.0)] * 30)
+    now = 1_000_000.0
+    at = now - 1800  # told 30 minutes ago that they would start in 10
+    for job_id in range(1, 11):
+        clean_eta_keys.hset("fleet:eta:first", job_id, f"{at:.3f} {at + 600:.3f}")
+    waiting = {job_id: (None, now + 60, None) for job_id in range(1, 9)}  # 9, 10 started
+    eta_learning.follow_forecasts(now, waiting, 3 * 3600, calibration)
+    published = eta_learning.current_calibration()
+    low, high = published.band(0.0, 600.0)
+    assert low == 600.0 and high == pytest.approx(1800.0)

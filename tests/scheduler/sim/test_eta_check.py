@@ -34,3 +34,21 @@ def test_padded_time_limits_make_etas_late_and_the_figure_shows_it() -> None:
     m = eta_metrics(result, driver)
     assert m["eta_waited"] == 6
     assert m["eta_median_abs_error_share"] > 1.0
+
+
+def test_the_forecasts_shown_while_jobs_wait_are_scored_on_the_wait_still_ahead() -> None:
+    # Padded limits: every forecast is late, the first ones and those shown later alike.
+    jobs = [job(i, submit=i, duration=600.0, time_limit=2400.0) for i in range(8)]
+    config = SimConfig(cycle_interval=60.0, plan_waits=True)
+    driver = EtaDriver(get_policy("fcfs"), shown_every=5)
+    result = simulate(jobs, parse_cluster("1x2xV100"), driver, config)
+    m = eta_metrics(result, driver)
+    assert m["eta_shown_samples"] > m["eta_waited"]
+    assert m["eta_shown_median_abs_error_share"] > 1.0
+    none = EtaDriver(get_policy("fcfs"))
+    assert (
+        eta_metrics(simulate(jobs, parse_cluster("1x2xV100"), none, config), none)[
+            "eta_shown_samples"
+        ]
+        == 0
+    )
