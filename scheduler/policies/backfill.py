@@ -7,7 +7,7 @@ from typing import Any
 
 from scheduler.core.model import PendingJob, Plan, Snapshot
 from scheduler.policies.base import Cycle, cycle_may_preempt
-from scheduler.policies.priority import priority_order
+from scheduler.policies.priority import priority_order, priority_ranked
 
 
 class BackfillPolicy:
@@ -50,5 +50,8 @@ class BackfillPolicy:
             reserve_with_predictions=bool(s.get("backfill_use_predictions", False)),
             preempt=bool(s.get("preemption", True)),
         )
-        cycle.consider_all(self.order(snapshot))
+        if snapshot.settings.get("backfill_order", "priority") == "submit":
+            cycle.consider_all(self.order(snapshot))
+        else:
+            cycle.consider_all(*priority_ranked(snapshot))
         return cycle.plan()

@@ -18,7 +18,7 @@ reservation and its preemptions span every node it needs.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from functools import lru_cache
 from typing import Any
 
@@ -45,7 +45,8 @@ from scheduler.core.reservation import (
     occupants_of,
     running_occupants,
 )
-from scheduler.policies.cycle_parts import HeldReservation, QueueRest
+from scheduler.policies.cycle_parts import HeldReservation
+from scheduler.policies.walk import QueueWalk
 
 VictimRule = Callable[[PendingJob, RunningJob], str | None]
 VictimFilter = Callable[[PendingJob, list[RunningJob]], Iterable[int]]
@@ -57,7 +58,7 @@ def _quiet_wait(job_id: int) -> Wait:
     return Wait(job_id, "")
 
 
-class Cycle:
+class Cycle(QueueWalk):
     """One scheduling cycle over a snapshot; call `consider` per job in order, then `plan`."""
 
     def __init__(
@@ -168,97 +169,6 @@ class Cycle:
         self._book_members(job, members, reason)
         return True
 
-    def consider_all(self, jobs: Sequence[PendingJob]) -> None:
-        """`consider` each job in order. Once no later job can start, preempt or reserve
-        (nothing free fits the smallest of them, nothing can use the reservation before it
-        starts, no preemption rule can apply), the rest only wait: they are recorded at
-        once, with the same waits `consider` would give them."""
-        jobs = list(jobs)
-        may_settle = self.fast and self._may_settle()
-        rest: QueueRest | None = None
-        checked = -1
-        for i, job in enumerate(jobs):
-            self.consider(job)
-            if not may_settle or (self.cap.version == checked and i & 63):
-                continue
-            checked = self.cap.version
-            if i + 1 < len(jobs) and self._settled_now():
-                rest = rest or QueueRest(jobs)
-                if self._settled_for(rest, i + 1):
-                    self._wait_rest(jobs[i + 1 :])
-                    return
-
-    def _may_settle(self) -> bool:
-        """Whether no preemption rule can apply to any pending job in this cycle."""
-        if not self.preempt or self._blocked_by is not None:
-            return True
-        if self._qos_on or self.victim_rule is not None:
-            return False
-        if not self._reclaim_on:
-            return True
-        # Reclaiming needs a team within its guarantee: none has one, and every job needs
-        # some GPU share, so no team stays within zero.
-        if any(t.guaranteed_gpus > 0 for t in self.snapshot.teams.values()):
-            return False
-        return all(j.gpus or j.gpu_equivalent > 1e-6 for j in self.snapshot.pending)
-
-    def _settled_now(self) -> bool:
-        """Cheap part of the test: blocked, or a reservation made (or none wanted)."""
-        if self._blocked_by is not None:
-            return True
-        return self._reservation is not None or not (
-            callable(self.reserve_rule) or self.reserve_rule
-        )
-
-    def _settled_for(self, rest: QueueRest, i: int) -> bool:
-        """Whether no job from position i on can start now (given `_settled_now`)."""
-        if self._blocked_by is not None:
-            return True
-        largest, _ = self.cap.largest_free_block()
-        if largest >= rest.need[i] or (rest.fraction[i] and self.cap.has_partial()):
-            return False
-        held = self._reservation
-        if held is None or held.empty():
-            return True
-        # A later job may still use the reservation's node if it ends before the
-        # reservation starts and fits there with the held GPUs given back: at most the
-        # node's whole free GPUs plus the held GPUs that were wholly free.
-        short_need, short_fraction = rest.ending_by(self.now, held.start)
-        if short_fraction[i]:
-            return False
-        room = max(len(self.cap.whole_free(n)) + held.whole_held(n) for n in held.nodes)
-        return short_need[i] > room
-
-    def _wait_rest(self, jobs: list[PendingJob]) -> None:
-        seen = self._seen
-        if not self.full_plan and (self._blocked_by is not None or not self.blocking):
-            # Nothing of the rest is decided; without Waits it is only marked seen, and
-            # only if the policy considers more jobs afterwards.
-            self._unmarked.append(jobs)
-            return
-        if not self.explain and (self._blocked_by is not None or not self.blocking):
-            ids = [j.id for j in jobs]
-            if seen.isdisjoint(ids) and len(set(ids)) == len(ids):
-                seen.update(ids)
-                self.order.extend(ids)
-                return
-        check = self.quota.check
-        for job in jobs:
-            if job.id in seen:
-                continue
-            seen.add(job.id)
-            self.order.append(job.id)
-            if self._blocked_by is not None:
-                self._waits[job.id] = (job, "blocked", self._blocked_by)
-                continue
-            limit = check(job)
-            if limit is not None:
-                self._waits[job.id] = (job, "quota", limit)
-                continue
-            self._waits[job.id] = (job, "resources", None)
-            if self.blocking:
-                self._blocked_by = job.id
-
     def _book(self, job: PendingJob, choice: Choice, reason: str) -> None:
         node, indices = choice
         self.quota.take(job)
@@ -283,11 +193,6 @@ class Cycle:
     def _wants_reservation(self, job: PendingJob) -> bool:
         rule = self.reserve_rule
         return rule(job) if callable(rule) else bool(rule)
-
-    def _mark_seen(self) -> None:
-        for jobs in self._unmarked:
-            self._seen.update(j.id for j in jobs)
-        self._unmarked.clear()
 
     def wait(self, job: PendingJob, reason: str) -> None:
         """Record a job the policy holds back for its own reason."""

@@ -94,38 +94,50 @@ class HeldReservation:
 
 
 class QueueRest:
-    """Per position in a queue, what the jobs from there on need at least: whole GPUs on
-    one node (a fraction counts one, a multi-node gang its GPUs per node), and whether any
-    is a fraction; the same among those that end before a reservation starts."""
+    """Where in a queue the jobs are that might start, from what they need: whole GPUs on
+    one node (a multi-node gang its GPUs per node; 0 for a fraction) and their time
+    limits; and whether every one of them asks for some GPU share."""
 
-    def __init__(self, jobs: list[PendingJob]) -> None:
+    def __init__(self, per_node: np.ndarray, limits: np.ndarray, share: np.ndarray) -> None:
+        self.size = len(per_node)
+        self._need = np.maximum(per_node, 1)  # a fraction needs one GPU with room
+        self._fraction = per_node == 0
+        self._limits = limits
+        self.all_share = bool(share.all())
+        self._short: tuple[float, float, np.ndarray] | None = None
+
+    @classmethod
+    def of(cls, jobs: list[PendingJob]) -> QueueRest:
         n = len(jobs)
-        per_node = [
-            j.gpus // (j.gpus // j.gpus_per_node)
-            if j.gpus_per_node and j.gpus > j.gpus_per_node
-            else j.gpus
-            for j in jobs
-        ]
-        gpus = np.fromiter(per_node, np.int64, n)
+        per_node = np.fromiter(map(per_node_need, jobs), np.int64, n)
         limits = np.fromiter([j.time_limit for j in jobs], float, n)
-        # Suffix minima / any, as Python values (the comparisons stay those of floats/ints).
-        self._gpus, self._limits = gpus, limits
-        self.need = np.minimum.accumulate(np.maximum(gpus, 1)[::-1])[::-1].tolist()
-        self.fraction = np.logical_or.accumulate((gpus == 0)[::-1])[::-1].tolist()
-        self._ending: tuple[float, float, list[int], list[bool]] | None = None
+        share = np.fromiter([bool(j.gpus or j.gpu_equivalent > 1e-6) for j in jobs], bool, n)
+        return cls(per_node, limits, share)
 
-    def ending_by(self, now: float, start: float) -> tuple[list[int], list[bool]]:
-        """Among the jobs from each position on that end by `start` when started at `now`:
-        the fewest whole GPUs any needs (a fraction counts one; none: more than any node),
-        and whether any is a fraction."""
-        if self._ending is None or self._ending[:2] != (now, start):
-            short = now + self._limits <= start
-            need = np.where(short, np.maximum(self._gpus, 1), np.iinfo(np.int64).max)
-            fraction = short & (self._gpus == 0)
-            self._ending = (
-                now,
-                start,
-                np.minimum.accumulate(need[::-1])[::-1].tolist(),
-                np.logical_or.accumulate(fraction[::-1])[::-1].tolist(),
-            )
-        return self._ending[2], self._ending[3]
+    def next_start(
+        self, i: int, largest: int, partial: bool, short: tuple[float, float, int] | None
+    ) -> int:
+        """The first position from i on whose job needs at most `largest` GPUs, or is a
+        fraction while `partial`, or, with `short` = (now, start, room), ends by `start`
+        when started at `now` and needs at most `room` GPUs or is a fraction; `size` when
+        none."""
+        if i >= self.size:
+            return self.size
+        need, fraction = self._need[i:], self._fraction[i:]
+        mask = need <= largest
+        if partial:
+            mask |= fraction
+        if short is not None:
+            now, start, room = short
+            if self._short is None or self._short[:2] != (now, start):
+                self._short = (now, start, now + self._limits <= start)
+            mask |= self._short[2][i:] & (fraction | (need <= room))
+        k = int(mask.argmax())
+        return i + k if mask[k] else self.size
+
+
+def per_node_need(job: PendingJob) -> int:
+    """Whole GPUs a job needs on one node (a multi-node gang's per node; 0: a fraction)."""
+    if job.gpus_per_node and job.gpus > job.gpus_per_node:
+        return job.gpus // (job.gpus // job.gpus_per_node)
+    return job.gpus

@@ -32,6 +32,9 @@ import numpy as np
 from scheduler.core.model import FULL_COMPUTE, PendingJob, Plan, Snapshot
 from scheduler.core.preemption import QOS_RANKS_DEFAULT
 from scheduler.policies.base import Cycle, cycle_may_preempt
+from scheduler.policies.cycle_parts import QueueRest, per_node_need
+
+_COLUMNS = 9
 
 DEFAULTS: Mapping[str, Any] = {
     "priority_weight_age": 1000.0,
@@ -198,7 +201,9 @@ class _QueueRows:
         self.slot: dict[int, int] = {}  # id(job) -> row
         self.jobs: list[PendingJob | None] = []
         self.job_ids: set[int] = set()
-        self.cols = np.zeros((6, 0))  # submitted, gpus, compute, id, nice, team/qos key
+        # submitted, gpus, compute, id, nice, team/qos key; then what the walk reads
+        # (QueueRest): GPUs per node, time limit, asks for some GPU share.
+        self.cols = np.zeros((_COLUMNS, 0))
         self.live = np.zeros(0, bool)
         self.keys: dict[tuple[str, str], int] = {}  # (team, qos) -> key
         self.key_list: list[tuple[str, str]] = []
@@ -260,11 +265,21 @@ class _QueueRows:
             key_count[key] += count
         block = np.array(
             [
-                (j.submitted_at, j.gpus, j.gpu_compute_percent or 0, j.id, j.priority, keys[p])
+                (
+                    j.submitted_at,
+                    j.gpus,
+                    j.gpu_compute_percent or 0,
+                    j.id,
+                    j.priority,
+                    keys[p],
+                    per_node_need(j),
+                    j.time_limit,
+                    bool(j.gpus or j.gpu_equivalent > 1e-6),
+                )
                 for j, p in zip(added, pairs, strict=True)
             ],
             float,
-        ).reshape(len(added), 6)
+        ).reshape(len(added), _COLUMNS)
         self.cols[:, start : start + len(added)] = block.T
         self.live[start : start + len(added)] = True
         return True
@@ -274,14 +289,15 @@ class _QueueRows:
         rows = np.flatnonzero(self.live)
         jobs = [self.jobs[r] for r in rows.tolist()]
         size = max(64, 2 * (len(jobs) + more))
-        cols = np.zeros((6, size))
+        cols = np.zeros((_COLUMNS, size))
         cols[:, : len(jobs)] = self.cols[:, rows]
         self.cols, self.jobs = cols, jobs
         self.live = np.zeros(size, bool)
         self.live[: len(jobs)] = True
         self.slot = {id(j): r for r, j in enumerate(jobs)}
 
-    def order(self, snapshot: Snapshot) -> list[PendingJob]:
+    def order(self, snapshot: Snapshot) -> tuple[list[PendingJob], QueueRest]:
+        """The queue by score, and its needs as the walk reads them."""
         queued = {t for (t, _), c in zip(self.key_list, self.key_count, strict=True) if c}
         weights = _Weights(snapshot, queued)
         team_part, qos_part = weights.team_part, weights.qos_part
@@ -290,14 +306,16 @@ class _QueueRows:
             [qos_part.get(q, weights.qos_default) for _, q in self.key_list] or [0.0]
         )
         rows = np.flatnonzero(self.live)
-        submitted, gpus, compute, ids, nice, keys = self.cols[:, rows]
+        submitted, gpus, compute, ids, nice, keys = self.cols[:6, rows]
         key = keys.astype(np.int64)
         scores = weights.scores(
             snapshot.now, submitted, gpus, compute, team_of_key[key], qos_of_key[key], nice
         )
         ranked = rows[np.lexsort((ids, submitted, -scores))]
         jobs = self.jobs
-        return [jobs[r] for r in ranked.tolist()]  # type: ignore[misc]
+        per_node, limits, share = self.cols[6:, ranked]
+        rest = QueueRest(per_node.astype(np.int64), limits, share > 0)
+        return [jobs[r] for r in ranked.tolist()], rest  # type: ignore[misc]
 
 
 _ROWS = _QueueRows()
@@ -305,17 +323,23 @@ _ROWS = _QueueRows()
 
 def priority_order(snapshot: Snapshot) -> list[PendingJob]:
     """Pending jobs by score (highest first), then submit time, then id."""
+    return priority_ranked(snapshot)[0]
+
+
+def priority_ranked(snapshot: Snapshot) -> tuple[list[PendingJob], QueueRest | None]:
+    """`priority_order`, with the queue's needs as the walk reads them where the rows kept
+    across cycles have them."""
     pending = snapshot.pending
     if not snapshot.settings.get("fast_paths", True):
         scores = priority_scores(snapshot)
-        return sorted(pending, key=lambda j: (-scores[j.id], j.submitted_at, j.id))
+        return sorted(pending, key=lambda j: (-scores[j.id], j.submitted_at, j.id)), None
     if _ROWS.sync(pending):
         return _ROWS.order(snapshot)
     n = len(pending)
     ids = np.fromiter([j.id for j in pending], np.int64, n)
     submitted = np.fromiter([j.submitted_at for j in pending], float, n)
     ranked = np.lexsort((ids, submitted, -priority_score_array(snapshot)))
-    return [pending[k] for k in ranked.tolist()]
+    return [pending[k] for k in ranked.tolist()], None
 
 
 class PriorityPolicy:
@@ -361,5 +385,6 @@ class PriorityPolicy:
             reserve_with_predictions=bool(s.get("backfill_use_predictions", False)),
             preempt=bool(s.get("preemption", True)),
         )
-        cycle.consider_all(self.order(snapshot))
+        jobs, rest = priority_ranked(snapshot)
+        cycle.consider_all(jobs, rest)
         return cycle.plan()

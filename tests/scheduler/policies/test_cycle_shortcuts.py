@@ -203,3 +203,55 @@ def test_walk_settles_when_no_later_job_fits_the_reserved_node(name, monkeypatch
     assert calls and calls[0] >= 20
     assert [r.job_id for r in reference.reserves] == [800]
     assert reference.reserves[0].node == "b" and not reference.places
+
+
+def _few_fit_far_apart(pending: int = 60) -> Snapshot:
+    """An 8-GPU job first in line reserves node b (GPUs 0-2 free, the rest free at 50,000);
+    behind it long 4-GPU jobs that fit nowhere, with single-GPU jobs at positions 20 and
+    45 that fit on node c's two free GPUs."""
+    full = tuple(GpuState(i, "A100", 81920, 0, 0) for i in range(8))
+    some = tuple(GpuState(i, "A100", 81920, *((81920, 100) if i < 3 else (0, 0))) for i in range(8))
+    two = tuple(GpuState(i, "A100", 81920, *((81920, 100) if i < 2 else (0, 0))) for i in range(8))
+    running = (
+        RunningJob(1, "vision", "ada", "a", tuple(range(8)), 0.0, 70_000.0, gpus=8),
+        RunningJob(2, "nlp", "bob", "b", tuple(range(3, 8)), 0.0, 50_000.0, gpus=5),
+        RunningJob(3, "nlp", "bob", "c", tuple(range(2, 8)), 0.0, 90_000.0, gpus=6),
+    )
+    jobs = [PendingJob(800, "vision", "ada", 0.0, 90_000.0, gpus=8, priority=900)]
+    for k in range(pending):
+        gpus = 1 if k in (20, 45) else 4
+        jobs.append(PendingJob(100 + k, "nlp", "cy", float(k), 90_000.0, gpus=gpus))
+    return Snapshot(
+        now=40_000.0,
+        nodes=(NodeState("a", full), NodeState("b", some), NodeState("c", two)),
+        running=running,
+        pending=tuple(jobs),
+        teams=MappingProxyType({"vision": TeamState("vision"), "nlp": TeamState("nlp")}),
+    )
+
+
+@pytest.mark.parametrize("name", ["priority", "backfill", "fcfs"])
+@pytest.mark.parametrize("extra", [{}, {"explain": False}, {"explain": False, "plan_waits": False}])
+def test_walk_goes_from_one_job_that_may_start_to_the_next(name, extra, monkeypatch) -> None:
+    snapshot = _with(_few_fit_far_apart(), **extra)
+    reference = get_policy(name).schedule(_with(snapshot, fast_paths=False))
+    considered = []
+    original = Cycle.consider
+
+    def spy(self, job):
+        considered.append(job.id)
+        return original(self, job)
+
+    monkeypatch.setattr(Cycle, "consider", spy)
+    fast = get_policy(name).schedule(snapshot)
+    if extra.get("plan_waits", True):
+        assert fast == reference
+    else:  # the order stops where the walk settled
+        assert replace(fast, order=()) == replace(reference, order=())
+        assert fast.order == reference.order[: len(fast.order)]
+    if name == "fcfs":  # blocked behind the first job: nothing else is looked at
+        assert len(considered) == 1 and not reference.places
+    else:
+        assert considered == [800, 120, 145]
+        assert [p.job_id for p in reference.places] == [120, 145]
+        assert [r.job_id for r in reference.reserves] == [800]

@@ -1,0 +1,166 @@
+"""The walk over the queue that the policies' shared cycle (scheduler.policies.base.Cycle)
+makes: each job considered in order, until what is left of the queue can only wait."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from scheduler.core.model import PendingJob, Snapshot
+from scheduler.core.placement import FreeCapacity
+from scheduler.core.quota import QuotaLedger
+from scheduler.policies.cycle_parts import HeldReservation, QueueRest
+
+
+class QueueWalk:
+    """The walk's part of Cycle (which sets these attributes and defines `consider`)."""
+
+    snapshot: Snapshot
+    now: float
+    cap: FreeCapacity
+    quota: QuotaLedger
+    fast: bool
+    preempt: bool
+    blocking: bool
+    explain: bool
+    full_plan: bool
+    reserve_rule: bool | Callable[[PendingJob], bool]
+    victim_rule: Any
+    order: list[int]
+    _seen: set[int]
+    _unmarked: list[list[PendingJob]]
+    _waits: dict[int, tuple[PendingJob, str, Any]]
+    _reservation: HeldReservation | None
+    _blocked_by: int | None
+    _reclaim_on: bool
+    _qos_on: bool
+
+    def consider(self, job: PendingJob) -> bool:
+        raise NotImplementedError
+
+    def consider_all(self, jobs: Sequence[PendingJob], rest: QueueRest | None = None) -> None:
+        """`consider` each job in order. Once no more reservation can be made and no
+        preemption rule can apply, a job that cannot start now only waits; so the walk
+        goes from one job that might start (it needs no more than the largest free block,
+        or is a fraction while some GPU is partly free, or may use the reservation before
+        it starts) to the next, and the jobs between them are recorded at once, with the
+        same waits `consider` would give them. Free capacity only shrinks during a walk,
+        so a job passed over could not have started later in it either. `rest`: the
+        queue's needs (`QueueRest`) where the caller has them as columns already."""
+        jobs = list(jobs)
+        may_settle = self._may_settle() if self.fast else False
+        if may_settle is False:
+            for job in jobs:
+                self.consider(job)
+            return
+        i, n = 0, len(jobs)
+        while i < n:
+            self.consider(jobs[i])
+            i += 1
+            if i == n or not self._settled_now():
+                continue
+            if rest is None:
+                rest = QueueRest.of(jobs)
+            if may_settle is None and not rest.all_share:
+                # A job that asks for no GPU share is within any guarantee: it may reclaim.
+                for job in jobs[i:]:
+                    self.consider(job)
+                return
+            k = self._next_start(rest, i)
+            if k == n:
+                self._wait_rest(jobs[i:])
+                return
+            if k > i:
+                self._wait_segment(jobs[i:k])
+                i = k
+
+    def _may_settle(self) -> bool | None:
+        """Whether no preemption rule can apply to any job of this walk; None: only if
+        every one of them asks for some GPU share."""
+        if not self.preempt or self._blocked_by is not None:
+            return True
+        if self._qos_on or self.victim_rule is not None:
+            return False
+        if not self._reclaim_on:
+            return True
+        # Reclaiming needs a team within its guarantee: none has one, and a job that asks
+        # for some GPU share keeps no team within zero.
+        if any(t.guaranteed_gpus > 0 for t in self.snapshot.teams.values()):
+            return False
+        return None
+
+    def _settled_now(self) -> bool:
+        """Cheap part of the test: blocked, or a reservation made (or none wanted)."""
+        if self._blocked_by is not None:
+            return True
+        return self._reservation is not None or not (
+            callable(self.reserve_rule) or self.reserve_rule
+        )
+
+    def _next_start(self, rest: QueueRest, i: int) -> int:
+        """The first position from i on whose job might start now (given `_settled_now`);
+        the queue's length when none."""
+        if self._blocked_by is not None:
+            return rest.size
+        largest, _ = self.cap.largest_free_block()
+        held = self._reservation
+        partial = self.cap.has_partial()
+        if held is not None and not held.empty():
+            # A later job may still use the reservation's node if it ends before the
+            # reservation starts and fits there with the held GPUs given back: at most the
+            # node's whole free GPUs plus the held GPUs that were wholly free.
+            room = max(len(self.cap.whole_free(n)) + held.whole_held(n) for n in held.nodes)
+            return rest.next_start(i, largest, partial, (self.now, held.start, room))
+        return rest.next_start(i, largest, partial, None)
+
+    def _wait_segment(self, jobs: list[PendingJob]) -> None:
+        """Record jobs that only wait, ahead of others still to be considered."""
+        if (not self.full_plan or not self.explain) and (
+            self._blocked_by is not None or not self.blocking
+        ):
+            ids = [j.id for j in jobs]
+            seen = self._seen
+            if seen.isdisjoint(ids) and len(set(ids)) == len(ids):
+                seen.update(ids)
+                self.order.extend(ids)
+                return
+        self._wait_each(jobs)
+
+    def _wait_rest(self, jobs: list[PendingJob]) -> None:
+        seen = self._seen
+        if not self.full_plan and (self._blocked_by is not None or not self.blocking):
+            # Nothing of the rest is decided; without Waits it is only marked seen, and
+            # only if the policy considers more jobs afterwards.
+            self._unmarked.append(jobs)
+            return
+        if not self.explain and (self._blocked_by is not None or not self.blocking):
+            ids = [j.id for j in jobs]
+            if seen.isdisjoint(ids) and len(set(ids)) == len(ids):
+                seen.update(ids)
+                self.order.extend(ids)
+                return
+        self._wait_each(jobs)
+
+    def _wait_each(self, jobs: list[PendingJob]) -> None:
+        seen = self._seen
+        check = self.quota.check
+        for job in jobs:
+            if job.id in seen:
+                continue
+            seen.add(job.id)
+            self.order.append(job.id)
+            if self._blocked_by is not None:
+                self._waits[job.id] = (job, "blocked", self._blocked_by)
+                continue
+            limit = check(job)
+            if limit is not None:
+                self._waits[job.id] = (job, "quota", limit)
+                continue
+            self._waits[job.id] = (job, "resources", None)
+            if self.blocking:
+                self._blocked_by = job.id
+
+    def _mark_seen(self) -> None:
+        for jobs in self._unmarked:
+            self._seen.update(j.id for j in jobs)
+        self._unmarked.clear()
