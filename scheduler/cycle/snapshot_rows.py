@@ -12,7 +12,9 @@ to a row, by any service, a trigger, an admin or psql, gives it a new one, so no
 to remember to bump a counter, and a row whose `xmin` is the one read is the row read. The
 rows are read again in full (and the kept ones set aside) on any doubt:
 
-- the first snapshot of a process, and every FULL_READ_EVERY_S seconds after that;
+- the first snapshot of a process, and every FULL_READ_EVERY_S seconds after that (which
+  also keeps a kept version far younger than the 2^32 transactions after which a 32-bit
+  `xmin` could come round again);
 - a snapshot taken inside a transaction that has written (its own rows' versions would not
   tell its later writes from its earlier ones), which also keeps nothing;
 - when most rows changed (one read of all is then cheaper than a read by ids);
