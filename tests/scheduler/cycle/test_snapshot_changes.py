@@ -12,7 +12,7 @@ from typing import Any
 import pytest
 from django.db import connection, transaction
 
-from fleet.models import Job, JobState, Node
+from fleet.models import Gpu, Job, JobState, Node
 from fleet.services.job_states import SCHEDULER, job_transition
 from fleet.services.jobs import job_cancel
 from fleet.services.nodes import node_drain
@@ -21,6 +21,7 @@ from scheduler.cycle.apply import write_waits
 from scheduler.cycle.runner import run_cycle
 from scheduler.cycle.snapshot import build_snapshot
 from scheduler.cycle.snapshot_rows import KEPT
+from tests.factories import GpuFactory
 from tests.scheduler.cycle.conftest import make_job, make_node, make_running
 
 pytestmark = [
@@ -184,3 +185,17 @@ def test_a_wait_is_not_written_over_a_row_changed_since_the_snapshot(owner: Any,
     assert (KEPT.last, KEPT.fetched) == ("changes", 1)
     assert _pending(snap.core)[edited.pk].priority == 9
     assert snap.waits[other.pk][:2] == ("from the cycle", 2)
+
+
+def test_a_gpu_added_or_changed_and_a_job_ending_show_on_the_node(owner: Any, team: Any) -> None:
+    node = make_node("sim-a", 2)
+    running = make_running(owner, team, node, [0])
+    first = _snapshot().nodes[0]
+    assert [g.is_whole_free for g in first.gpus] == [False, True]
+    assert _snapshot().nodes[0] is first  # nothing changed: the same object
+    GpuFactory(node=node, index=2, model="A100-80GB", memory_mb=81920)
+    Gpu.objects.filter(node=node, index=1).update(memory_mb=40960)
+    second = _snapshot().nodes[0]
+    assert [(g.index, g.memory_mb) for g in second.gpus] == [(0, 81920), (1, 40960), (2, 81920)]
+    job_transition(job_id=running.pk, action="succeed", actor=SCHEDULER, reason="x", attempt=1)
+    assert all(g.is_whole_free for g in _snapshot().nodes[0].gpus)
