@@ -146,14 +146,16 @@ def start_server(args: argparse.Namespace, env: dict[str, str], port: int) -> su
 
 
 class Api:
-    """One keep-alive connection."""
+    """One keep-alive connection. Bodies are encoded once by the caller where they repeat,
+    and answers parsed only where they are read: the client shares the machine's CPUs with
+    the server it measures (run_single reports what it used)."""
 
     def __init__(self, port: int, token: str) -> None:
         self.conn = http.client.HTTPConnection("127.0.0.1", port, timeout=600)
         self.headers = {"Authorization": f"Token {token}", "Content-Type": "application/json"}
 
-    def post(self, path: str, body: Any) -> tuple[float, Any]:
-        data = json.dumps(body).encode()
+    def post(self, path: str, body: Any, *, parse: bool = True) -> tuple[float, Any]:
+        data = body if isinstance(body, bytes) else json.dumps(body).encode()
         start = time.perf_counter()
         self.conn.request("POST", path, body=data, headers=self.headers)
         response = self.conn.getresponse()
@@ -161,7 +163,33 @@ class Api:
         took = time.perf_counter() - start
         if response.status != 201:
             raise SystemExit(f"POST {path}: {response.status} {payload[:300]!r}")
-        return took, json.loads(payload)
+        return took, json.loads(payload) if parse else None
+
+
+def cpu_seconds(pgid: int) -> float:
+    """CPU time (user + system) of the live processes in a process group (the server)."""
+    tick = os.sysconf("SC_CLK_TCK")
+    total = 0
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                fields = f.read().rsplit(")", 1)[1].split()
+        except OSError:
+            continue
+        if int(fields[2]) == pgid:  # fields[2]: the process group
+            total += int(fields[11]) + int(fields[12])  # utime, stime
+    return total / tick
+
+
+def machine_busy_seconds() -> float:
+    """CPU time the whole machine spent busy (every process: server, PostgreSQL, Redis,
+    the client and whatever else runs)."""
+    with open("/proc/stat") as f:
+        values = [int(v) for v in f.readline().split()[1:]]
+    idle = values[3] + values[4]  # idle, iowait
+    return (sum(values[:8]) - idle) / os.sysconf("SC_CLK_TCK")
 
 
 JOB = {"name": "bench", "command": "python train.py", "gpus": 1, "time_limit": 600}
@@ -181,16 +209,17 @@ def report(label: str, jobs: int, wall: float, latencies: list[float]) -> float:
     return rate
 
 
-def run_single(port: int, token: str, clients: int, total: int) -> float:
+def run_single(port: int, token: str, clients: int, total: int, server_pgid: int) -> float:
     latencies: list[float] = []
     lock = threading.Lock()
     per_client = [total // clients + (1 if i < total % clients else 0) for i in range(clients)]
+    body = json.dumps(JOB).encode()
 
     def client(n: int) -> None:
         api = Api(port, token)
-        api.post("/api/v1/jobs/", JOB)  # connect and warm up outside the clock
+        api.post("/api/v1/jobs/", body)  # connect and warm up outside the clock
         barrier.wait()
-        mine = [api.post("/api/v1/jobs/", JOB)[0] for _ in range(n)]
+        mine = [api.post("/api/v1/jobs/", body, parse=False)[0] for _ in range(n)]
         with lock:
             latencies.extend(mine)
 
@@ -200,10 +229,20 @@ def run_single(port: int, token: str, clients: int, total: int) -> float:
         t.start()
     barrier.wait()
     start = time.perf_counter()
+    cpu = (time.process_time(), cpu_seconds(server_pgid), machine_busy_seconds())
     for t in threads:
         t.join()
     wall = time.perf_counter() - start
-    return report(f"single, {clients} client{'s' if clients > 1 else ''}", total, wall, latencies)
+    client_cpu = time.process_time() - cpu[0]
+    server_cpu = cpu_seconds(server_pgid) - cpu[1]
+    busy = machine_busy_seconds() - cpu[2]
+    rate = report(f"single, {clients} client{'s' if clients > 1 else ''}", total, wall, latencies)
+    print(
+        f"{'':<28} CPU per job: web {server_cpu / total * 1000:.2f} ms, client "
+        f"{client_cpu / total * 1000:.2f} ms, whole machine {busy / total * 1000:.2f} ms "
+        f"({busy / wall:.2f} of {os.cpu_count()} CPUs busy)"
+    )
+    return rate
 
 
 def run_many(port: int, token: str, kind: str, size: int, repeat: int) -> float:
@@ -236,6 +275,15 @@ def count_queries(token: str) -> None:
         assert response.status_code == 201, response.content[:300]
         return len(ctx.captured_queries)
 
+    client.post("/api/v1/jobs/", JOB, content_type="application/json")  # warm-up
+    start = time.process_time()
+    for _ in range(200):
+        response = client.post("/api/v1/jobs/", JOB, content_type="application/json")
+    per_submit = (time.process_time() - start) / 200
+    assert response.status_code == 201, response.content[:300]
+    print(
+        f"\nCPU per single submit in process (test client, 200 submits): {per_submit * 1000:.2f} ms"
+    )
     print("\nSQL queries per request (in process; BEGIN/COMMIT not counted):")
     print(f"  single submit:        {queries('/api/v1/jobs/', JOB)}")
     print(f"  bulk of 1,000:        {queries('/api/v1/jobs/bulk/', {'jobs': [JOB] * 1000})}")
@@ -255,8 +303,8 @@ def main() -> None:
     )
     server = start_server(args, env, port)
     try:
-        single_1 = run_single(port, token, 1, max(1, args.single // 4))
-        single_8 = run_single(port, token, 8, args.single)
+        single_1 = run_single(port, token, 1, max(1, args.single // 4), server.pid)
+        single_8 = run_single(port, token, 8, args.single, server.pid)
         rates: dict[str, float] = {}
         for size in sizes(args):
             for kind in ("bulk", "array"):
