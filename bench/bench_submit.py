@@ -166,8 +166,9 @@ class Api:
         return took, json.loads(payload) if parse else None
 
 
-def cpu_seconds(pgid: int) -> float:
-    """CPU time (user + system) of the live processes in a process group (the server)."""
+def cpu_seconds(*, pgid: int | None = None, pids: frozenset[int] = frozenset()) -> float:
+    """CPU time (user + system) of the live processes in a process group (the server) or
+    among `pids` (PostgreSQL's backends)."""
     tick = os.sysconf("SC_CLK_TCK")
     total = 0
     for entry in os.listdir("/proc"):
@@ -178,9 +179,22 @@ def cpu_seconds(pgid: int) -> float:
                 fields = f.read().rsplit(")", 1)[1].split()
         except OSError:
             continue
-        if int(fields[2]) == pgid:  # fields[2]: the process group
+        if int(fields[2]) == pgid or int(entry) in pids:  # fields[2]: the process group
             total += int(fields[11]) + int(fields[12])  # utime, stime
     return total / tick
+
+
+def backend_pids(database_url: str) -> frozenset[int]:
+    """PostgreSQL's backends serving the benchmark's database (PostgreSQL on this host)."""
+    import psycopg
+
+    name = urlsplit(database_url).path.lstrip("/")
+    with psycopg.connect(database_url, autocommit=True) as conn:
+        rows = conn.execute(
+            "SELECT pid FROM pg_stat_activity WHERE datname = %s AND pid <> pg_backend_pid()",
+            [name],
+        ).fetchall()
+    return frozenset(pid for (pid,) in rows)
 
 
 def machine_busy_seconds() -> float:
@@ -209,7 +223,9 @@ def report(label: str, jobs: int, wall: float, latencies: list[float]) -> float:
     return rate
 
 
-def run_single(port: int, token: str, clients: int, total: int, server_pgid: int) -> float:
+def run_single(
+    port: int, token: str, clients: int, total: int, server_pgid: int, database_url: str
+) -> float:
     latencies: list[float] = []
     lock = threading.Lock()
     per_client = [total // clients + (1 if i < total % clients else 0) for i in range(clients)]
@@ -227,20 +243,31 @@ def run_single(port: int, token: str, clients: int, total: int, server_pgid: int
     threads = [threading.Thread(target=client, args=(n,)) for n in per_client]
     for t in threads:
         t.start()
+    while barrier.n_waiting < clients:  # every client warmed up: the backends are open
+        time.sleep(0.01)
+    backends = backend_pids(database_url)
+    cpu = (
+        time.process_time(),
+        cpu_seconds(pgid=server_pgid),
+        cpu_seconds(pids=backends),
+        machine_busy_seconds(),
+    )
     barrier.wait()
     start = time.perf_counter()
-    cpu = (time.process_time(), cpu_seconds(server_pgid), machine_busy_seconds())
     for t in threads:
         t.join()
     wall = time.perf_counter() - start
     client_cpu = time.process_time() - cpu[0]
-    server_cpu = cpu_seconds(server_pgid) - cpu[1]
-    busy = machine_busy_seconds() - cpu[2]
+    server_cpu = cpu_seconds(pgid=server_pgid) - cpu[1]
+    # Backends opened during the run (a thread's first query) count whole.
+    database_cpu = cpu_seconds(pids=backends | backend_pids(database_url)) - cpu[2]
+    busy = machine_busy_seconds() - cpu[3]
     rate = report(f"single, {clients} client{'s' if clients > 1 else ''}", total, wall, latencies)
     print(
-        f"{'':<28} CPU per job: web {server_cpu / total * 1000:.2f} ms, client "
-        f"{client_cpu / total * 1000:.2f} ms, whole machine {busy / total * 1000:.2f} ms "
-        f"({busy / wall:.2f} of {os.cpu_count()} CPUs busy)"
+        f"{'':<28} CPU per job: web {server_cpu / total * 1000:.2f} ms, PostgreSQL "
+        f"backends {database_cpu / total * 1000:.2f} ms, client {client_cpu / total * 1000:.2f}"
+        f" ms, whole machine {busy / total * 1000:.2f} ms ({busy / wall:.2f} of "
+        f"{os.cpu_count()} CPUs busy)"
     )
     return rate
 
@@ -303,8 +330,10 @@ def main() -> None:
     )
     server = start_server(args, env, port)
     try:
-        single_1 = run_single(port, token, 1, max(1, args.single // 4), server.pid)
-        single_8 = run_single(port, token, 8, args.single, server.pid)
+        single_1 = run_single(
+            port, token, 1, max(1, args.single // 4), server.pid, args.database_url
+        )
+        single_8 = run_single(port, token, 8, args.single, server.pid, args.database_url)
         rates: dict[str, float] = {}
         for size in sizes(args):
             for kind in ("bulk", "array"):
