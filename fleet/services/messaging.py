@@ -68,7 +68,15 @@ def request_schedule() -> None:
             client = _redis()
             first = bool(client.set(SCHEDULE_DEBOUNCE_KEY, repr(now), nx=True, px=window_ms))
             opened = now if first else float(client.get(SCHEDULE_DEBOUNCE_KEY) or now)
-            again = not first and bool(client.set(SCHEDULE_TRAILING_KEY, 1, nx=True, px=window_ms))
+            # The closing cycle runs at the end of the window the first request opened; its
+            # key lasts until then, not into the next window (whose closing cycle it would
+            # otherwise stand for).
+            countdown = min(
+                max(SCHEDULE_DEBOUNCE_SECONDS - (now - opened), 0.05), SCHEDULE_DEBOUNCE_SECONDS
+            )
+            again = not first and bool(
+                client.set(SCHEDULE_TRAILING_KEY, 1, nx=True, px=int(countdown * 1000))
+            )
         except Exception:
             log.warning("Redis unavailable; the periodic cycle will schedule")
             return
@@ -80,9 +88,6 @@ def request_schedule() -> None:
         if first:
             _send(SCHEDULE_TASK, CONTROL_QUEUE, {})
         elif again:
-            # At the end of the window that the first request opened.
-            left = SCHEDULE_DEBOUNCE_SECONDS - (now - opened)
-            countdown = min(max(left, 0.05), SCHEDULE_DEBOUNCE_SECONDS)
             _send(SCHEDULE_TASK, CONTROL_QUEUE, {}, countdown=countdown)
 
     transaction.on_commit(send)

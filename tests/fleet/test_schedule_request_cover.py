@@ -57,6 +57,8 @@ def test_requests_inside_a_covered_window_skip_redis(
     request(0.0)  # opens the window: a cycle now
     request(10.0)  # asks for the closing cycle
     assert len(sent) == 2 and sent[0] is None and sent[1] == pytest.approx(50.0)
+    # The closing cycle's key lasts until that cycle, not into the next window.
+    assert 49_000 < messaging._redis().pttl(messaging.SCHEDULE_TRAILING_KEY) <= 50_000
     used = redis.commands
     for at in (11.0, 20.0, 30.0, 47.0):
         request(at)
