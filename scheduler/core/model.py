@@ -216,6 +216,18 @@ class TeamState:
 
 
 @dataclass(frozen=True, slots=True)
+class PendingChanges:
+    """What changed in the queue since a driver's previous snapshot, from a driver that
+    carries its (frozen) PendingJob objects over (the simulator): that snapshot's very
+    `pending` tuple, the job objects that joined since and those that left. A policy may
+    bring what it keeps per queued job up to date from it instead of comparing queues."""
+
+    before: tuple[PendingJob, ...]
+    added: tuple[PendingJob, ...]
+    removed: tuple[PendingJob, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class Snapshot:
     now: float
     nodes: tuple[NodeState, ...]
@@ -236,6 +248,8 @@ class Snapshot:
     gpu_speeds: Mapping[str, Mapping[str, float]] = field(
         default_factory=lambda: MappingProxyType({})
     )
+    # The queue's changes since the driver's previous snapshot, where it knows them.
+    pending_changes: PendingChanges | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True, slots=True)

@@ -23,7 +23,6 @@ priority_reservation True, priority_reservation_after 0.
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Iterable, Mapping
 from typing import Any
 
@@ -32,9 +31,8 @@ import numpy as np
 from scheduler.core.model import FULL_COMPUTE, PendingJob, Plan, Snapshot
 from scheduler.core.preemption import QOS_RANKS_DEFAULT
 from scheduler.policies.base import Cycle, cycle_may_preempt
-from scheduler.policies.cycle_parts import QueueRest, per_node_need
-
-_COLUMNS = 9
+from scheduler.policies.cycle_parts import QueueRest
+from scheduler.policies.priority_rows import QueueRows
 
 DEFAULTS: Mapping[str, Any] = {
     "priority_weight_age": 1000.0,
@@ -184,141 +182,7 @@ def priority_score_array(snapshot: Snapshot) -> np.ndarray:
     return weights.scores(snapshot.now, submitted, gpus, compute, teams, qos, nice)
 
 
-class _QueueRows:
-    """The score inputs of pending jobs, kept across cycles by job object.
-
-    A driver that carries its (frozen) PendingJob objects over between snapshots (the
-    simulator) adds the rows of new jobs and drops those of jobs gone; the rest are read
-    from arrays. Only the very same object reuses a row (an id alone never does); a queue
-    that lists one job twice, or two jobs with one id, is left to the plain path.
-    """
-
-    def __init__(self) -> None:
-        self.builds = 0  # times the rows were built (for tests and benches)
-        self._reset()
-
-    def _reset(self) -> None:
-        self.slot: dict[int, int] = {}  # id(job) -> row
-        self.jobs: list[PendingJob | None] = []
-        self.job_ids: set[int] = set()
-        # submitted, gpus, compute, id, nice, team/qos key; then what the walk reads
-        # (QueueRest): GPUs per node, time limit, asks for some GPU share.
-        self.cols = np.zeros((_COLUMNS, 0))
-        self.live = np.zeros(0, bool)
-        self.keys: dict[tuple[str, str], int] = {}  # (team, qos) -> key
-        self.key_list: list[tuple[str, str]] = []
-        self.key_count: list[int] = []
-        # The queue of the last call while no rows are built (held, so ids stay unique).
-        self._last: dict[int, PendingJob] = {}
-
-    def sync(self, pending: tuple[PendingJob, ...]) -> bool:
-        """Bring the rows up to this queue; False when the plain path must answer."""
-        now = dict(zip(map(id, pending), pending, strict=True))
-        if len(now) != len(pending):
-            self._reset()
-            return False
-        slot, jobs = self.slot, self.jobs
-        if not slot:
-            # Rows are built on the first call that finds jobs of the last one: a driver
-            # that builds new objects every cycle (production) sorts the plain way.
-            # (The objects of the last call are held, so a shared id is a shared object.)
-            last, self._last = self._last, now
-            if now.keys().isdisjoint(last):
-                return not pending
-            self.builds += 1
-        gone = slot.keys() - now.keys()
-        if slot and len(gone) == len(slot):
-            # None of them is left: back to sorting the plain way until objects carry over.
-            self._reset()
-            self._last = now
-            return not pending
-        for k in gone:
-            row = slot.pop(k)
-            job = jobs[row]
-            assert job is not None
-            jobs[row] = None
-            self.job_ids.discard(job.id)
-            self.live[row] = False
-            self.key_count[int(self.cols[5, row])] -= 1
-        added = [now[k] for k in now.keys() - slot.keys()]
-        if not added:
-            return True
-        ids = [j.id for j in added]
-        if len(set(ids)) != len(ids) or not self.job_ids.isdisjoint(ids):
-            self._reset()
-            return False
-        self.job_ids.update(ids)
-        if len(jobs) + len(added) > self.cols.shape[1]:
-            self._grow(len(added))
-            slot, jobs = self.slot, self.jobs
-        start = len(jobs)
-        slot.update(zip(map(id, added), range(start, start + len(added)), strict=True))
-        jobs.extend(added)
-        keys, key_list, key_count = self.keys, self.key_list, self.key_count
-        pairs = [(j.team, j.qos) for j in added]
-        for pair, count in Counter(pairs).items():
-            key = keys.get(pair)
-            if key is None:
-                key = keys[pair] = len(key_list)
-                key_list.append(pair)
-                key_count.append(0)
-            key_count[key] += count
-        block = np.array(
-            [
-                (
-                    j.submitted_at,
-                    j.gpus,
-                    j.gpu_compute_percent or 0,
-                    j.id,
-                    j.priority,
-                    keys[p],
-                    per_node_need(j),
-                    j.time_limit,
-                    bool(j.gpus or j.gpu_equivalent > 1e-6),
-                )
-                for j, p in zip(added, pairs, strict=True)
-            ],
-            float,
-        ).reshape(len(added), _COLUMNS)
-        self.cols[:, start : start + len(added)] = block.T
-        self.live[start : start + len(added)] = True
-        return True
-
-    def _grow(self, more: int) -> None:
-        """Room for `more` rows, dropping the rows of jobs gone."""
-        rows = np.flatnonzero(self.live)
-        jobs = [self.jobs[r] for r in rows.tolist()]
-        size = max(64, 2 * (len(jobs) + more))
-        cols = np.zeros((_COLUMNS, size))
-        cols[:, : len(jobs)] = self.cols[:, rows]
-        self.cols, self.jobs = cols, jobs
-        self.live = np.zeros(size, bool)
-        self.live[: len(jobs)] = True
-        self.slot = {id(j): r for r, j in enumerate(jobs)}
-
-    def order(self, snapshot: Snapshot) -> tuple[list[PendingJob], QueueRest]:
-        """The queue by score, and its needs as the walk reads them."""
-        queued = {t for (t, _), c in zip(self.key_list, self.key_count, strict=True) if c}
-        weights = _Weights(snapshot, queued)
-        team_part, qos_part = weights.team_part, weights.qos_part
-        team_of_key = np.array([team_part.get(t, 0.0) for t, _ in self.key_list] or [0.0])
-        qos_of_key = np.array(
-            [qos_part.get(q, weights.qos_default) for _, q in self.key_list] or [0.0]
-        )
-        rows = np.flatnonzero(self.live)
-        submitted, gpus, compute, ids, nice, keys = self.cols[:6, rows]
-        key = keys.astype(np.int64)
-        scores = weights.scores(
-            snapshot.now, submitted, gpus, compute, team_of_key[key], qos_of_key[key], nice
-        )
-        ranked = rows[np.lexsort((ids, submitted, -scores))]
-        jobs = self.jobs
-        per_node, limits, share = self.cols[6:, ranked]
-        rest = QueueRest(per_node.astype(np.int64), limits, share > 0)
-        return [jobs[r] for r in ranked.tolist()], rest  # type: ignore[misc]
-
-
-_ROWS = _QueueRows()
+_ROWS = QueueRows()
 
 
 def priority_order(snapshot: Snapshot) -> list[PendingJob]:
@@ -333,8 +197,8 @@ def priority_ranked(snapshot: Snapshot) -> tuple[list[PendingJob], QueueRest | N
     if not snapshot.settings.get("fast_paths", True):
         scores = priority_scores(snapshot)
         return sorted(pending, key=lambda j: (-scores[j.id], j.submitted_at, j.id)), None
-    if _ROWS.sync(pending):
-        return _ROWS.order(snapshot)
+    if _ROWS.sync(pending, snapshot.pending_changes):
+        return _ROWS.order(snapshot.now, _Weights(snapshot, _ROWS.queued_teams()))
     n = len(pending)
     ids = np.fromiter([j.id for j in pending], np.int64, n)
     submitted = np.fromiter([j.submitted_at for j in pending], float, n)

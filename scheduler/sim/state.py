@@ -53,6 +53,7 @@ from scheduler.core.usage import DEFAULT_HALF_LIFE
 from scheduler.policies.gavel import SpeedLearner, speed_key
 from scheduler.sim.cluster import ClusterSpec
 from scheduler.sim.jobs import JobSpec
+from scheduler.sim.queue_log import QueueLog
 from scheduler.sim.service import ServiceHistory
 from scheduler.sim.transform import never_fits
 from scheduler.sim.usage import TeamUsage
@@ -132,6 +133,7 @@ class SimState:
         self._next_arrival = 0
         self._ends: list[tuple[float, int, int]] = []  # (time, job id, attempt)
         self.pending: dict[int, PendingJob] = {}
+        self._queue_log = QueueLog()  # what the next snapshot's pending_changes say
         self._sizes: dict[int, int] = {}  # pending count per GPU request (0: fractional)
         self.running: dict[int, RunningJob] = {}
         self._nodes: dict[str, NodeState] = {n.name: n for n in cluster.node_states()}
@@ -267,13 +269,14 @@ class SimState:
     def _queue(self, run: JobRun) -> None:
         g = run.spec.gpus_on_each_node
         self._sizes[g] = self._sizes.get(g, 0) + 1
-        self.pending[run.spec.id] = self._pending_job(run)
+        job = self.pending[run.spec.id] = self._pending_job(run)
+        self._queue_log.joined(job)
         if self._has_gangs:
             heapq.heappush(self._oldest, (run.spec.submit, run.spec.id))
 
     def _unqueue(self, job_id: int) -> None:
         g = self.jobs[job_id].spec.gpus_on_each_node
-        del self.pending[job_id]
+        self._queue_log.left(self.pending.pop(job_id))
         left = self._sizes[g] - 1
         if left:
             self._sizes[g] = left
@@ -589,11 +592,13 @@ class SimState:
         return tuple(self._nodes.values())
 
     def snapshot(self) -> Snapshot:
+        pending = tuple(self.pending.values())
         return Snapshot(
             now=self.now,
             nodes=self.node_states(),
             running=tuple(self.running.values()),
-            pending=tuple(self.pending.values()),
+            pending=pending,
+            pending_changes=self._queue_log.changes(pending),
             teams=self.usage.states(self.now),
             settings=self._settings,
             service_distribution=self.service.atoms(),

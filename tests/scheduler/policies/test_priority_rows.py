@@ -10,10 +10,10 @@ from __future__ import annotations
 from dataclasses import replace
 from types import MappingProxyType
 
-from hypothesis import HealthCheck, given, settings
+from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from scheduler.core.model import PendingJob, Snapshot
+from scheduler.core.model import PendingChanges, PendingJob, Snapshot
 from scheduler.policies import priority
 from scheduler.policies.priority import priority_order
 from tests.scheduler.policies.strategies import snapshots
@@ -98,3 +98,60 @@ def test_rows_are_built_once_objects_carry_over() -> None:
     priority._ROWS.sync(again)
     assert priority._ROWS.sync(again)
     assert priority._ROWS.builds == builds + 1
+
+
+def _changed(before: Snapshot, after: Snapshot, added: list, removed: list) -> Snapshot:
+    changes = PendingChanges(before.pending, tuple(added), tuple(removed))
+    return replace(after, pending_changes=changes)
+
+
+@CHECKS
+@given(
+    first=snapshots(max_nodes=3, max_pending=20),
+    keep=st.lists(st.booleans(), min_size=20, max_size=20),
+    later=st.sampled_from([0.0, 60.0, 86_400.0]),
+)
+def test_order_from_the_queue_changes_is_the_plain_order(
+    first: Snapshot, keep: list[bool], later: float
+) -> None:
+    _check(first)
+    _check(first)  # the rows are built
+    used = priority._ROWS.changes_used
+    kept = [j for i, j in enumerate(first.pending) if keep[i]]
+    gone = [j for i, j in enumerate(first.pending) if not keep[i]]
+    new = [
+        PendingJob(99_998, "newteam", "ada", first.now - 5.0, 600.0, qos="high"),
+        PendingJob(99_999, "vision", "bob", first.now, 60.0, gpus=2),
+    ]
+    second = replace(first, pending=(*kept, *new), now=first.now + later)
+    told = _changed(first, second, new, gone)
+    _check(told)
+    assert priority._ROWS.changes_used == used + 1
+    # Two cycles on: the changes since the second queue.
+    third = replace(second, pending=tuple(new), now=second.now + 60.0)
+    _check(_changed(second, third, [], kept))
+    assert priority._ROWS.changes_used == used + 2
+
+
+@CHECKS
+@given(first=snapshots(max_nodes=3, max_pending=12))
+def test_changes_that_do_not_match_the_rows_are_not_used(first: Snapshot) -> None:
+    assume(first.pending)
+    _check(first)
+    _check(first)
+    used = priority._ROWS.changes_used
+    new = PendingJob(99_999, "vision", "bob", first.now, 60.0, gpus=2)
+    second = replace(first, pending=(*first.pending, new))
+    # Said to leave, yet still queued; a copy said to leave that was never queued; the
+    # changes from a queue the rows were not brought up to.
+    wrong = [
+        _changed(first, second, [new], list(first.pending[:1])),
+        _changed(first, second, [new], [replace(j) for j in first.pending[:1]]),
+        replace(second, pending_changes=PendingChanges((), (new,), ())),
+    ]
+    for told in wrong:
+        _check(told)
+        _check(first)
+    told_right = _changed(first, second, [new], [])
+    _check(told_right)
+    assert priority._ROWS.changes_used == used + 1

@@ -1,0 +1,201 @@
+"""The priority policy's score inputs per queued job, kept across cycles by job object
+(scheduler.policies.priority)."""
+
+from __future__ import annotations
+
+from collections import Counter
+from collections.abc import Iterable
+from typing import Any, Protocol
+
+import numpy as np
+
+from scheduler.core.model import PendingChanges, PendingJob
+from scheduler.policies.cycle_parts import QueueRest, per_node_need
+
+# submitted, gpus, compute, id, nice, team/qos key; then what the walk reads (QueueRest):
+# GPUs per node, time limit, asks for some GPU share.
+_COLUMNS = 9
+
+
+class Scores(Protocol):
+    team_part: dict[str, float]
+    qos_part: dict[str, float]
+    qos_default: float
+
+    def scores(self, now: float, *columns: Any) -> np.ndarray: ...
+
+
+class QueueRows:
+    """The score inputs of pending jobs, kept across cycles by job object.
+
+    A driver that carries its (frozen) PendingJob objects over between snapshots (the
+    simulator) adds the rows of new jobs and drops those of jobs gone; the rest are read
+    from arrays. Where the snapshot says what joined and left since the queue of the last
+    call (`Snapshot.pending_changes`), only those are looked at; otherwise the queues are
+    compared. Only the very same object reuses a row (an id alone never does); a queue
+    that lists one job twice, or two jobs with one id, is left to the plain path.
+    """
+
+    def __init__(self) -> None:
+        self.builds = 0  # times the rows were built (for tests and benches)
+        self.changes_used = 0  # syncs answered from the snapshot's pending_changes
+        self._reset()
+
+    def _reset(self) -> None:
+        self.slot: dict[int, int] = {}  # id(job) -> row
+        self.jobs = np.empty(0, object)  # the job of each row (None: gone)
+        self.used = 0  # rows handed out
+        self.job_ids: set[int] = set()
+        self.cols = np.zeros((_COLUMNS, 0))
+        self.live = np.zeros(0, bool)
+        self.keys: dict[tuple[str, str], int] = {}  # (team, qos) -> key
+        self.key_list: list[tuple[str, str]] = []
+        self.key_count: list[int] = []
+        # The queue of the last call while no rows are built (held, so ids stay unique).
+        self._last: dict[int, PendingJob] = {}
+        # The queue the rows were last brought up to (held, so its identity stays its own).
+        self._synced: tuple[PendingJob, ...] | None = None
+
+    def sync(self, pending: tuple[PendingJob, ...], changes: PendingChanges | None = None) -> bool:
+        """Bring the rows up to this queue; False when the plain path must answer."""
+        if changes is not None and self._synced is not None and changes.before is self._synced:
+            if self._apply(pending, changes):
+                self.changes_used += 1
+                self._synced = pending
+                return True
+        self._synced = None
+        if self._compare(pending):
+            self._synced = pending
+            return True
+        return False
+
+    def _apply(self, pending: tuple[PendingJob, ...], changes: PendingChanges) -> bool:
+        """Drop the rows of the jobs that left and add those that joined, when the changes
+        are consistent with the rows and the queue (else nothing is touched)."""
+        slot, jobs = self.slot, self.jobs
+        removed, added = changes.removed, changes.added
+        if len(pending) != len(slot) - len(removed) + len(added):
+            return False
+        gone = [id(j) for j in removed]
+        if len(set(gone)) != len(gone):
+            return False
+        for key, job in zip(gone, removed, strict=True):
+            row = slot.get(key)
+            if row is None or jobs[row] is not job:
+                return False
+        if any(id(j) in slot for j in added):
+            return False
+        self._drop(gone)
+        return self._add(list(added))
+
+    def _compare(self, pending: tuple[PendingJob, ...]) -> bool:
+        now = dict(zip(map(id, pending), pending, strict=True))
+        if len(now) != len(pending):
+            self._reset()
+            return False
+        slot = self.slot
+        if not slot:
+            # Rows are built on the first call that finds jobs of the last one: a driver
+            # that builds new objects every cycle (production) sorts the plain way.
+            # (The objects of the last call are held, so a shared id is a shared object.)
+            last, self._last = self._last, now
+            if now.keys().isdisjoint(last):
+                return not pending
+            self.builds += 1
+        gone = slot.keys() - now.keys()
+        if slot and len(gone) == len(slot):
+            # None of them is left: back to sorting the plain way until objects carry over.
+            self._reset()
+            self._last = now
+            return not pending
+        self._drop(gone)
+        return self._add([now[k] for k in now.keys() - slot.keys()])
+
+    def _drop(self, gone: Iterable[int]) -> None:
+        slot, jobs = self.slot, self.jobs
+        for k in gone:
+            row = slot.pop(k)
+            self.job_ids.discard(jobs[row].id)
+            jobs[row] = None
+            self.live[row] = False
+            self.key_count[int(self.cols[5, row])] -= 1
+
+    def _add(self, added: list[PendingJob]) -> bool:
+        if not added:
+            return True
+        ids = [j.id for j in added]
+        if len(set(ids)) != len(ids) or not self.job_ids.isdisjoint(ids):
+            self._reset()
+            return False
+        self.job_ids.update(ids)
+        if self.used + len(added) > self.cols.shape[1]:
+            self._grow(len(added))
+        start, end = self.used, self.used + len(added)
+        self.used = end
+        self.slot.update(zip(map(id, added), range(start, end), strict=True))
+        self.jobs[start:end] = added
+        keys, key_list, key_count = self.keys, self.key_list, self.key_count
+        pairs = [(j.team, j.qos) for j in added]
+        for pair, count in Counter(pairs).items():
+            key = keys.get(pair)
+            if key is None:
+                key = keys[pair] = len(key_list)
+                key_list.append(pair)
+                key_count.append(0)
+            key_count[key] += count
+        block = np.array(
+            [
+                (
+                    j.submitted_at,
+                    j.gpus,
+                    j.gpu_compute_percent or 0,
+                    j.id,
+                    j.priority,
+                    keys[p],
+                    per_node_need(j),
+                    j.time_limit,
+                    bool(j.gpus or j.gpu_equivalent > 1e-6),
+                )
+                for j, p in zip(added, pairs, strict=True)
+            ],
+            float,
+        ).reshape(len(added), _COLUMNS)
+        self.cols[:, start:end] = block.T
+        self.live[start:end] = True
+        return True
+
+    def _grow(self, more: int) -> None:
+        """Room for `more` rows, dropping the rows of jobs gone."""
+        rows = np.flatnonzero(self.live)
+        kept = len(rows)
+        size = max(64, 2 * (kept + more))
+        cols = np.zeros((_COLUMNS, size))
+        cols[:, :kept] = self.cols[:, rows]
+        jobs = np.empty(size, object)
+        jobs[:kept] = self.jobs[rows]
+        self.cols, self.jobs, self.used = cols, jobs, kept
+        self.live = np.zeros(size, bool)
+        self.live[:kept] = True
+        self.slot = {id(j): r for r, j in enumerate(jobs[:kept].tolist())}
+
+    def queued_teams(self) -> set[str]:
+        return {t for (t, _), c in zip(self.key_list, self.key_count, strict=True) if c}
+
+    def order(self, now: float, weights: Scores) -> tuple[list[PendingJob], QueueRest]:
+        """The queue by score (then submit time, then id), and its needs as the walk
+        reads them."""
+        team_part, qos_part = weights.team_part, weights.qos_part
+        team_of_key = np.array([team_part.get(t, 0.0) for t, _ in self.key_list] or [0.0])
+        qos_of_key = np.array(
+            [qos_part.get(q, weights.qos_default) for _, q in self.key_list] or [0.0]
+        )
+        rows = np.flatnonzero(self.live)
+        submitted, gpus, compute, ids, nice, keys = self.cols[:6, rows]
+        key = keys.astype(np.int64)
+        scores = weights.scores(
+            now, submitted, gpus, compute, team_of_key[key], qos_of_key[key], nice
+        )
+        ranked = rows[np.lexsort((ids, submitted, -scores))]
+        per_node, limits, share = self.cols[6:, ranked]
+        rest = QueueRest(per_node.astype(np.int64), limits, share > 0)
+        return self.jobs[ranked].tolist(), rest
