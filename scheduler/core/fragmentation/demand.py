@@ -3,10 +3,12 @@ weights, and the mix read off a snapshot's queue and running jobs."""
 
 from __future__ import annotations
 
-from collections import Counter
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from itertools import repeat
 from typing import Any
+
+import numpy as np
 
 from scheduler.core._capacity_index import Kind, host_request, per_node_gpus
 from scheduler.core.fragmentation.params import MAX_SAMPLE, MAX_SHAPES, PRIOR
@@ -91,24 +93,30 @@ def _order(shape: DemandShape) -> tuple[Any, ...]:
 # simulator's or a cycle's next snapshot mostly holds the same frozen job objects.
 _SHAPES: dict[int, tuple[Any, DemandShape]] = {}
 _SHAPES_MAX = 1 << 16
+# The same by id alone, as the shape's number in _SHAPE_LIST, for lookups and counts at C
+# speed: _SHAPES holds each job, so no other object can have its id while it is in here.
+_NUMBER_BY_ID: dict[int, int] = {}
 
 
-# One object per distinct shape, so a sample is counted by object identity (hashing the
-# dataclass for every sampled job was most of what a cycle spent on the demand).
-_INTERNED: dict[DemandShape, DemandShape] = {}
+# One object per distinct shape (numbered in the order first seen), so a sample is counted
+# by number (hashing the dataclass for every sampled job was most of what a cycle spent on
+# the demand).
+_INTERNED: dict[DemandShape, int] = {}
+_SHAPE_LIST: list[DemandShape] = []
 
 
-def _cached_shape(job: Any) -> DemandShape:
+def _shape_number(job: Any) -> int:
     found = _SHAPES.get(id(job))
     if found is not None and found[0] is job:
-        return found[1]
-    if len(_SHAPES) >= _SHAPES_MAX:
-        _SHAPES.clear()
-        _INTERNED.clear()  # equal shapes of two objects are still merged by normalize
+        return _INTERNED[found[1]]
     made = shape_of(job)
-    shape = _INTERNED.setdefault(made, made)
-    _SHAPES[id(job)] = (job, shape)
-    return shape
+    number = _INTERNED.get(made)
+    if number is None:
+        number = _INTERNED[made] = len(_SHAPE_LIST)
+        _SHAPE_LIST.append(made)
+    _SHAPES[id(job)] = (job, _SHAPE_LIST[number])
+    _NUMBER_BY_ID[id(job)] = number
+    return number
 
 
 def demand_from_jobs(jobs: Sequence[Any], sample: int = MAX_SAMPLE) -> Demand:
@@ -116,10 +124,19 @@ def demand_from_jobs(jobs: Sequence[Any], sample: int = MAX_SAMPLE) -> Demand:
     if not jobs:
         return DEFAULT_DEMAND
     step = max(1, len(jobs) // sample)
-    shapes = list(map(_cached_shape, jobs[::step]))
-    counts = Counter(map(id, shapes))
-    by_id = dict(zip(map(id, shapes), shapes, strict=True))
-    return normalize((by_id[key], float(c)) for key, c in counts.items())
+    sampled = jobs[::step]
+    n = len(sampled)
+    if len(_SHAPES) + n > _SHAPES_MAX:  # (never within a sample: numbers stay valid)
+        _SHAPES.clear()
+        _NUMBER_BY_ID.clear()
+        _INTERNED.clear()
+        _SHAPE_LIST.clear()
+    numbers = np.fromiter(map(_NUMBER_BY_ID.get, map(id, sampled), repeat(-1, n)), np.int64, n)
+    if n and numbers.min() < 0:
+        numbers = np.fromiter(map(_shape_number, sampled), np.int64, n)
+    counts = np.bincount(numbers)
+    shapes = _SHAPE_LIST
+    return normalize((shapes[k], float(counts[k])) for k in np.flatnonzero(counts).tolist())
 
 
 def blend(older: Demand, newer: Demand, keep: float) -> Demand:
