@@ -162,3 +162,17 @@ def test_counting_the_waiting_jobs_recovers_the_percentiles_the_starts_alone_mis
     with_waiting.censor(waiting)
     assert starts_only.log_bounds(3600.0)[1] < expected - 0.3
     assert with_waiting.log_bounds(3600.0)[1] == pytest.approx(expected, abs=0.2)
+
+
+def test_a_run_of_hits_narrows_the_band_no_further_than_the_learned_percentiles() -> None:
+    # A queue drains and a hundred jobs start right on their forecasts, one after another.
+    rng = random.Random(9)
+    outcomes = [_outcome(rng, 0.5, 0.0) for _ in range(500)]
+    adaptive = EtaCalibration.from_outcomes(outcomes)
+    fixed = EtaCalibration.from_outcomes(outcomes, step=0.0)
+    for calibration in (adaptive, fixed):
+        for _ in range(100):
+            calibration.observe(3600.0, 3600.0)
+    low, high = adaptive.log_bounds(3600.0)
+    fixed_low, fixed_high = fixed.log_bounds(3600.0)
+    assert low <= fixed_low < 0.0 < fixed_high <= high
