@@ -37,7 +37,7 @@ class FreeCapacity(GangSearch):
 
     def take(self, job: Any, node: str, gpu_indices: tuple[int, ...]) -> None:
         """Book the job's share of these GPUs (the caller has checked that it fits)."""
-        n = self._by_name[node]
+        n = self._own(node)
         mem, comp = _request(job)
         for idx in gpu_indices:
             p = n.index_of[idx]
@@ -62,7 +62,7 @@ class FreeCapacity(GangSearch):
 
     def release(self, job: Any, node: str, gpu_indices: tuple[int, ...]) -> None:
         """Give back what the job held on these GPUs (a running job ending, a booking undone)."""
-        n = self._by_name[node]
+        n = self._own(node)
         mem, comp = _request(job)
         for idx in gpu_indices:
             p = n.index_of[idx]
@@ -82,7 +82,7 @@ class FreeCapacity(GangSearch):
     def hold(self, node: str, gpu_index: int) -> tuple[int, int]:
         """Book everything still free on a GPU (to keep it for a reservation or for a job
         waiting on preemptions); returns the amount held, for `unhold`."""
-        n = self._by_name[node]
+        n = self._own(node)
         p = n.index_of[gpu_index]
         amount = (n.mem[p], n.comp[p])
         self._set(n, p, 0, 0)
@@ -91,7 +91,7 @@ class FreeCapacity(GangSearch):
     def unhold(self, node: str, gpu_index: int, amount: tuple[int, int]) -> None:
         """Give back a hold. Remembered failures stay, so the caller must hold again (or
         book more) before relying on best_fit; best_fit_on ignores them."""
-        n = self._by_name[node]
+        n = self._own(node)
         p = n.index_of[gpu_index]
         gpu = n.gpus[p]
         mem = min(gpu.memory_mb, n.mem[p] + amount[0])
@@ -100,7 +100,7 @@ class FreeCapacity(GangSearch):
     def hold_host(self, node: str, cpus: int, memory_mb: int) -> tuple[int, int]:
         """Book up to these host CPUs and memory on a node (what is free of them); returns
         the amount held, for `unhold_host`."""
-        n = self._by_name[node]
+        n = self._own(node)
         held = (
             0 if n.cpus is None else min(n.cpus, cpus),
             0 if n.ram is None else min(n.ram, memory_mb),
@@ -113,7 +113,7 @@ class FreeCapacity(GangSearch):
     def unhold_host(self, node: str, amount: tuple[int, int]) -> None:
         """Give back a host hold (remembered failures stay, as with `unhold`)."""
         if amount[0] or amount[1]:
-            self._by_name[node].host_add(amount[0], amount[1])
+            self._own(node).host_add(amount[0], amount[1])
             self.version += 1
 
     def _set(self, n: _Node, p: int, mem: int, comp: int) -> None:

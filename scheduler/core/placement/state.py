@@ -32,13 +32,15 @@ Members = tuple[Member, ...]
 
 class _Template:
     """What FreeCapacity derives from one NodeState, kept while that (frozen) object is
-    reused by the next snapshot (the simulator rebuilds only nodes that changed)."""
+    reused by the next snapshot (the simulator rebuilds only nodes that changed). Its node
+    is never booked on: a FreeCapacity shares it until its first booking there (and at
+    another position than the one it was built for, copies it at once)."""
 
     __slots__ = ("state", "node", "counts", "partial", "by_index")
 
-    def __init__(self, state: NodeState) -> None:
+    def __init__(self, state: NodeState, pos: int) -> None:
         self.state = state  # keeps the id the cache is keyed on alive
-        node = self.node = _Node(state, 0)
+        node = self.node = _Node(state, pos)
         self.counts: dict[Kind, int] = {}
         for kind in node.kind_of:
             self.counts[kind] = self.counts.get(kind, 0) + 1
@@ -60,13 +62,13 @@ _TEMPLATES: dict[int, _Template] = {}
 _TEMPLATES_MAX = 1 << 14
 
 
-def _template(state: NodeState) -> _Template:
+def _template(state: NodeState, pos: int) -> _Template:
     found = _TEMPLATES.get(id(state))
     if found is not None and found.state is state:
         return found
     if len(_TEMPLATES) >= _TEMPLATES_MAX:
         _TEMPLATES.clear()
-    found = _TEMPLATES[id(state)] = _Template(state)
+    found = _TEMPLATES[id(state)] = _Template(state, pos)
     return found
 
 
@@ -90,9 +92,14 @@ class CapacityState:
         self._pressure: dict[Kind, float] | None = None
         self._moved = 0
         self._moved_limit = 0
-        templates = [_template(n) for n in nodes]
+        templates = [_template(n, pos) for pos, n in enumerate(nodes)]
         self._by_index = {t.node.name: t.by_index for t in templates}
-        self._nodes = [_Node.copy_of(t.node, pos) for pos, t in enumerate(templates)]
+        self._nodes = [
+            t.node if t.node.pos == pos else _Node.copy_of(t.node, pos)
+            for pos, t in enumerate(templates)
+        ]
+        # Whether each node is still its template's (shared, read-only until `_own`).
+        self._shared = [n is t.node for n, t in zip(self._nodes, templates, strict=True)]
         self._by_name = {n.name: n for n in self._nodes}
         per_node: dict[Kind, int] = {}
         for t in templates:
@@ -116,6 +123,15 @@ class CapacityState:
                 ki.bucket_add(len(positions), node.pos)
                 ki.whole_total += len(positions)
                 ki.free += FULL_COMPUTE * len(positions)
+
+    def _own(self, name: str) -> _Node:
+        """The node, copied from its template first if still shared, to book on."""
+        n = self._by_name[name]
+        if self._shared[n.pos]:
+            n = _Node.copy_of(n, n.pos)
+            self._nodes[n.pos] = self._by_name[name] = n
+            self._shared[n.pos] = False
+        return n
 
     @property
     def fragmentation_aware(self) -> bool:

@@ -255,3 +255,48 @@ def test_walk_goes_from_one_job_that_may_start_to_the_next(name, extra, monkeypa
         assert considered == [800, 120, 145]
         assert [p.job_id for p in reference.places] == [120, 145]
         assert [r.job_id for r in reference.reserves] == [800]
+
+
+def _hold_hosts(cap: FreeCapacity, snapshot: Snapshot) -> None:
+    for node in snapshot.nodes:
+        cap.unhold_host(node.name, cap.hold_host(node.name, 2, 4096))
+        cap.hold_host(node.name, 2, 4096)
+
+
+def _hold_gpus(cap: FreeCapacity, snapshot: Snapshot) -> None:
+    for node in snapshot.nodes:
+        for gpu in node.gpus[:2]:
+            cap.unhold(node.name, gpu.index, cap.hold(node.name, gpu.index))
+            cap.hold(node.name, gpu.index)
+
+
+def _give_back(cap: FreeCapacity, snapshot: Snapshot) -> None:
+    for node in snapshot.nodes:
+        for gpu in node.gpus[:2]:
+            cap.unhold(node.name, gpu.index, (1024, 10))
+
+
+def _release(cap: FreeCapacity, snapshot: Snapshot) -> None:
+    for running in snapshot.running:
+        for member in running.allocations:
+            cap.release(running, member.node, member.gpu_indices)
+
+
+def _take(cap: FreeCapacity, snapshot: Snapshot) -> None:
+    for job in snapshot.pending:
+        choice = cap.best_fit_members(job)
+        if choice is not None:
+            cap.take_members(job, choice)
+
+
+@pytest.mark.parametrize("booking", [_hold_hosts, _hold_gpus, _give_back, _release, _take])
+@CHECKS
+@given(snapshot=snapshots(max_nodes=4, max_pending=20))
+def test_bookings_do_not_reach_the_shared_nodes(booking, snapshot: Snapshot) -> None:
+    """A FreeCapacity shares each node with the next one built from the same NodeState
+    until it books there; every kind of booking must copy the node first."""
+    booking(FreeCapacity.from_snapshot(snapshot), snapshot)
+    again = FreeCapacity.from_snapshot(snapshot)
+    copies = tuple(replace(n, gpus=tuple(replace(g) for g in n.gpus)) for n in snapshot.nodes)
+    fresh = FreeCapacity.from_snapshot(replace(snapshot, nodes=copies))
+    assert _capacity_view(again, snapshot) == _capacity_view(fresh, snapshot)
