@@ -56,7 +56,7 @@ def test_when_errors_grow_the_adaptive_band_keeps_its_coverage_and_a_fixed_one_d
 
 
 def test_a_job_found_waiting_past_its_band_counts_as_a_miss_at_once() -> None:
-    calibration = EtaCalibration.from_outcomes([(600.0, 600.0)] * 30)  # always right
+    calibration = EtaCalibration.from_outcomes([(600.0, 600.0)] * 30, min_reach=0.0)
     assert calibration.overdue(600.0, 601.0) and not calibration.overdue(600.0, 600.0)
     before = calibration.log_bounds(600.0)
     for _ in range(5):
@@ -93,7 +93,7 @@ def test_a_wider_error_gives_a_wider_band() -> None:
 
 
 def test_until_enough_outcomes_the_band_is_the_default_and_says_so() -> None:
-    calibration = EtaCalibration(min_samples=20)
+    calibration = EtaCalibration(min_samples=20, min_reach=0.0)
     for _ in range(19):
         calibration.observe(600.0, 6000.0)  # all ten times late
     assert not calibration.calibrated
@@ -106,16 +106,16 @@ def test_until_enough_outcomes_the_band_is_the_default_and_says_so() -> None:
 
 
 def test_the_band_holds_the_forecast_and_never_starts_before_now() -> None:
-    calibration = EtaCalibration.from_outcomes([(600.0, 3000.0)] * 30)  # always late
+    calibration = EtaCalibration.from_outcomes([(600.0, 3000.0)] * 30, min_reach=0.0)
     low, high = calibration.band(100.0, 100.0)  # forecast to start now
     assert low == 100.0 and high > 100.0
-    early = EtaCalibration.from_outcomes([(3000.0, 0.0)] * 30)  # always early
+    early = EtaCalibration.from_outcomes([(3000.0, 0.0)] * 30, min_reach=0.0)
     low, high = early.band(100.0, 3100.0)
     assert 100.0 <= low <= 3100.0 and high == 3100.0
 
 
 def test_only_the_last_window_counts_and_bad_values_are_ignored() -> None:
-    calibration = EtaCalibration(window=50, min_samples=10)
+    calibration = EtaCalibration(window=50, min_samples=10, min_reach=0.0)
     for _ in range(100):
         calibration.observe(600.0, 6000.0)
     for _ in range(50):
@@ -131,7 +131,7 @@ def test_only_the_last_window_counts_and_bad_values_are_ignored() -> None:
 def test_jobs_still_waiting_past_their_forecasts_widen_the_band_before_any_starts() -> None:
     # Forecasts were right until now; then every job forecast to wait 10 minutes is still
     # waiting after 30: the starts alone know nothing of it yet.
-    calibration = EtaCalibration.from_outcomes([(600.0, 600.0)] * 100)
+    calibration = EtaCalibration.from_outcomes([(600.0, 600.0)] * 100, min_reach=0.0)
     assert calibration.band(0.0, 600.0) == (600.0, 600.0)
     calibration.censor([(600.0, 1800.0)] * 50)
     low, high = calibration.band(0.0, 600.0)
@@ -176,3 +176,16 @@ def test_a_run_of_hits_narrows_the_band_no_further_than_the_learned_percentiles(
     low, high = adaptive.log_bounds(3600.0)
     fixed_low, fixed_high = fixed.log_bounds(3600.0)
     assert low <= fixed_low < 0.0 < fixed_high <= high
+
+
+def test_a_learned_band_always_reaches_a_little_past_the_forecast_on_both_sides() -> None:
+    # Every start so far came early: the percentiles alone would end the band at the
+    # forecast, and the first job of a wave that starts a little late would fall outside.
+    calibration = EtaCalibration.from_outcomes([(3000.0, 1000.0)] * 30)
+    low, high = calibration.band(0.0, 3000.0)
+    assert low == pytest.approx(1000.0)
+    assert high == pytest.approx((3000.0 + PAD_S) * math.exp(0.2) - PAD_S)
+    assert calibration.published()["bounds"]["-1"][1] < 0.0  # the percentiles as learned
+    assert EtaCalibration.from_published(calibration.published()).band(0.0, 3000.0) == (
+        pytest.approx((low, high))
+    )

@@ -182,4 +182,4 @@ def test_jobs_still_waiting_on_their_first_forecasts_widen_the_published_band(
     eta_learning.follow_forecasts(now, waiting, 3 * 3600, calibration)
     published = eta_learning.current_calibration()
     low, high = published.band(0.0, 600.0)
-    assert low == 600.0 and high == pytest.approx(1800.0)
+    assert low < 600.0 and high == pytest.approx(1800.0)
