@@ -26,13 +26,61 @@ DEFAULT_RENDEZVOUS_PORTS = "29500-29999"
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, slots=True)
 class Share:
-    """One member of an attempt as a start needs it."""
+    """One member of an attempt as a start needs it: its rank, node (id, name, and the
+    address peers reach it at) and GPUs."""
 
     rank: int
-    node: Node
+    node_id: int
+    node_name: str
+    host: str
     gpu_indices: tuple[int, ...]
+
+    @classmethod
+    def on(cls, rank: int, node: Node, gpu_indices: tuple[int, ...]) -> Share:
+        return cls(rank, node.pk, node.name, node_address(node), gpu_indices)
+
+
+@dataclass(frozen=True, slots=True)
+class StartJob:
+    """What a start message says of its job and attempt: the job's columns a start reads,
+    its owner's user name, its team's slug, and its array task (id, index, count) if any."""
+
+    id: int
+    attempt: int
+    name: str
+    command: str
+    env: dict[str, Any]
+    workdir: str
+    time_limit: int
+    gpus: int
+    gpu_memory_mb: int | None
+    gpu_compute_percent: int | None
+    cpus: int
+    memory_mb: int
+    assigned_at: datetime | None
+    user: str
+    team: str
+    array: dict[str, int] | None
+
+    @classmethod
+    def of(cls, job: Job) -> StartJob:
+        return cls(
+            job.pk, job.attempt, job.name, job.command, job.env, job.workdir, job.time_limit,
+            job.gpus, job.gpu_memory_mb, job.gpu_compute_percent, job.cpus, job.memory_mb,
+            job.assigned_at, job.owner.username, job.team.slug, array_start(job),
+        )  # fmt: skip
+
+
+@dataclass(frozen=True, slots=True)
+class Start:
+    """One dispatched attempt's starts: the job, its members (rank 0 first) and rank 0's
+    rendezvous port."""
+
+    job: StartJob
+    shares: list[Share]
+    port: int
 
 
 def rendezvous_ports() -> tuple[int, int]:
@@ -139,7 +187,7 @@ def attempt_master_port(job: Job, shares: list[Share]) -> int:
         return master_port(job.pk, job.attempt)
     if rows[0]:
         return int(rows[0])
-    port = master_port_choose(job_id=job.pk, attempt=job.attempt, node_id=shares[0].node.pk)
+    port = master_port_choose(job_id=job.pk, attempt=job.attempt, node_id=shares[0].node_id)
     if not rank0.filter(master_port__isnull=True).update(master_port=port):
         stored = rank0.values_list("master_port", flat=True).first()
         return int(stored) if stored else port
@@ -150,14 +198,14 @@ def attempt_shares(job: Job) -> list[Share]:
     """The current attempt's members, rank 0 first. A single-node job has one: its own node
     and GPUs (so no query is needed for it)."""
     if not job.is_gang:
-        return [] if job.node is None else [Share(0, job.node, tuple(job.gpu_indices or ()))]
+        return [] if job.node is None else [Share.on(0, job.node, tuple(job.gpu_indices or ()))]
     rows = list(
         JobMember.objects.filter(job_id=job.pk, attempt=job.attempt)
         .select_related("node")
         .order_by("rank")
     )
     return [
-        Share(m.rank, m.node, tuple(int(i) for i in m.gpu_indices or ()))
+        Share.on(m.rank, m.node, tuple(int(i) for i in m.gpu_indices or ()))
         for m in rows
         if m.node is not None
     ]
@@ -182,8 +230,13 @@ def start_spec(
     if port is None:
         port = attempt_master_port(job, shares)
     if share is None:
-        share = shares[0] if shares else Share(0, job.node, tuple(job.gpu_indices or ()))  # type: ignore[arg-type]
-    hosts = [node_address(s.node) for s in shares] or [node_address(share.node)]
+        share = shares[0] if shares else Share.on(0, job.node, tuple(job.gpu_indices or ()))  # type: ignore[arg-type]
+    return member_spec(StartJob.of(job), share, shares or [share], port)
+
+
+def member_spec(job: StartJob, share: Share, shares: list[Share], port: int) -> dict[str, Any]:
+    """`start_spec` of one member, from what the start needs of its job and members."""
+    hosts = [s.host for s in shares]
     return {
         "name": job.name,
         "command": job.command,
@@ -202,8 +255,8 @@ def start_spec(
         # and attempt (a control side whose database was reset).
         "dispatch": dispatch_token(job.assigned_at.timestamp()) if job.assigned_at else None,
         # The agent maps these to the local account the job runs as (FLEET_JOB_USER_MAP).
-        "user": job.owner.username,
-        "team": job.team.slug,
+        "user": job.user,
+        "team": job.team,
         # How the members find each other (torch.distributed and the like): the agent puts
         # MASTER_ADDR, MASTER_PORT, WORLD_SIZE, NODE_RANK, ... in the job's environment.
         "rendezvous": {
@@ -217,7 +270,7 @@ def start_spec(
         },
         # A task of a job array: the agent sets FLEET_ARRAY_JOB_ID, FLEET_ARRAY_INDEX and
         # FLEET_ARRAY_TASK_COUNT from it.
-        "array": array_start(job),
+        "array": job.array,
     }
 
 
@@ -243,16 +296,29 @@ def send_start_on_commit(job: Job, *, only_waiting: bool = False) -> None:
     else:
         started = set()
     port = attempt_master_port(job, shares)
-    for share in shares:
-        if share.rank in started:
-            continue
+    waiting = [s for s in shares if s.rank not in started]
+    _send_on_commit(StartJob.of(job), shares, waiting, port, start_timeout_s())
+
+
+def send_starts_on_commit(starts: Iterable[Start]) -> None:
+    """`send_start_on_commit` of many attempts just dispatched (every member of each), from
+    what the dispatch returned: no query, no model object."""
+    ttl = start_timeout_s()
+    for start in starts:
+        _send_on_commit(start.job, start.shares, start.shares, start.port, ttl)
+
+
+def _send_on_commit(
+    job: StartJob, shares: list[Share], waiting: list[Share], port: int, ttl: float
+) -> None:
+    for share in waiting:
         messaging.send_to_node_on_commit(
-            share.node.name,
+            share.node_name,
             messaging.START_JOB_TASK,
             # A start is good only while the control side waits for it: past the start
             # timeout the reaper takes it back, and it may be dispatched elsewhere.
-            ttl=start_timeout_s(),
-            job_id=job.pk,
+            ttl=ttl,
+            job_id=job.id,
             attempt=job.attempt,
-            spec=start_spec(job, share, shares, port),
+            spec=member_spec(job, share, shares, port),
         )

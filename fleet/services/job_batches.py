@@ -1,9 +1,10 @@
 """Batched transitions: many jobs moved by one statement each, with the same
 compare-and-swap per row as `fleet.services.job_states.job_transition`.
 
-- `job_dispatch_many`: the scheduling cycle's placements (pending -> assigned), one UPDATE
-  for all on PostgreSQL (`UPDATE ... FROM (VALUES ...)`, fenced on state and attempt per
-  row), with their events and member rows;
+- `job_dispatch_many`: placements (pending -> assigned), one UPDATE for all on PostgreSQL
+  (`UPDATE ... FROM unnest(...)`, fenced on state and attempt per row), with their events
+  and member rows; `job_dispatch_starts`, the same returning only what the starts need
+  (the scheduling cycle's);
 - `job_cancel_queued_many`: a whole job array's queued tasks cancelled at once.
 """
 
@@ -11,15 +12,19 @@ from __future__ import annotations
 
 import json
 from dataclasses import dataclass
-from typing import Any
+from datetime import datetime
+from typing import TYPE_CHECKING, Any
 
 from django.db import connection
 from django.db.models import Field
 from django.utils import timezone
 
-from fleet.models import Job, JobEvent, JobMember
+from fleet.models import Job, JobEvent, JobMember, Node
 from fleet.models.jobs import MemberState
 from fleet.services.job_states import TRANSITIONS, Actor, S, transition_changes
+
+if TYPE_CHECKING:
+    from fleet.services.dispatch import Start
 
 
 @dataclass(frozen=True)
@@ -47,6 +52,72 @@ def job_dispatch_many(*, dispatches: list[Dispatch], actor: Actor) -> list[Job]:
     on its own node, then one per further node), in the same INSERT for all. Call inside a
     transaction.
     """
+    moved, ports, _ = _dispatch(dispatches, actor)
+    jobs = list(
+        Job.objects.select_related("node", "owner", "team", "array").filter(
+            id__in=[d.job_id for d in moved]
+        )
+    )
+    for job in jobs:
+        job.previous_state = S.PENDING
+        job.previous_attempt = job.attempt - 1
+        job.dispatched_master_port = ports[job.pk]  # type: ignore[attr-defined]
+    return jobs
+
+
+# What a start needs of each job that moved (fleet.services.dispatch.StartJob), read as values.
+_START_FIELDS = (
+    "id", "name", "command", "env", "workdir", "time_limit", "gpus", "gpu_memory_mb",
+    "gpu_compute_percent", "cpus", "memory_mb", "owner__username", "team__slug", "array_id",
+    "array_index", "array__task_count",
+)  # fmt: skip
+
+
+def job_dispatch_starts(*, dispatches: list[Dispatch], actor: Actor) -> list[Start]:
+    """`job_dispatch_many`, returning instead of model objects what the starts of the jobs
+    that moved need (in the order of `dispatches`): one SELECT of their columns as values
+    and one of their nodes' names and addresses. Call inside a transaction, and send the
+    starts on its commit (`fleet.services.dispatch.send_starts_on_commit`)."""
+    from fleet.services.dispatch import Share, Start, StartJob
+
+    moved, ports, now = _dispatch(dispatches, actor)
+    if not moved:
+        return []
+    rows = {
+        row[0]: row
+        for row in Job.objects.filter(id__in=[d.job_id for d in moved]).values_list(*_START_FIELDS)
+    }
+    node_ids = {n for d in moved for n in (d.node_id, *(m[0] for m in d.members))}
+    nodes = {
+        pk: (name, address or name)
+        for pk, name, address in Node.objects.filter(id__in=node_ids).values_list(
+            "id", "name", "address"
+        )
+    }
+    starts = []
+    for d in moved:
+        (_, name, command, env, workdir, time_limit, gpus, gpu_memory_mb, gpu_compute_percent,
+         cpus, memory_mb, user, team, array_id, array_index, task_count) = rows[d.job_id]  # fmt: skip
+        array = None
+        if array_id is not None and array_index is not None:
+            array = {"job_id": array_id, "index": array_index, "count": task_count}
+        job = StartJob(
+            d.job_id, d.attempt + 1, name, command, env, workdir, time_limit, gpus,
+            gpu_memory_mb, gpu_compute_percent, cpus, memory_mb, now, user, team, array,
+        )  # fmt: skip
+        shares = [
+            Share(rank, node_id, *nodes[node_id], tuple(int(i) for i in indices))
+            for rank, (node_id, indices) in enumerate(((d.node_id, d.gpu_indices), *d.members))
+        ]
+        starts.append(Start(job, shares, ports[d.job_id]))
+    return starts
+
+
+def _dispatch(
+    dispatches: list[Dispatch], actor: Actor
+) -> tuple[list[Dispatch], dict[int, int], datetime]:
+    """The writes of `job_dispatch_many`: the dispatches that moved, rank 0's port of each
+    by job id, and the time written as their assignment."""
     transition = TRANSITIONS["dispatch"]
     now = timezone.now()
     moved: list[Dispatch] = []
@@ -107,16 +178,7 @@ def job_dispatch_many(*, dispatches: list[Dispatch], actor: Actor) -> list[Job]:
             )
             for job_id, attempt, rank, node_id, indices, port in members
         )  # fmt: skip
-    jobs = list(
-        Job.objects.select_related("node", "owner", "team", "array").filter(
-            id__in=[d.job_id for d in moved]
-        )
-    )
-    for job in jobs:
-        job.previous_state = S.PENDING
-        job.previous_attempt = job.attempt - 1
-        job.dispatched_master_port = ports[job.pk]  # type: ignore[attr-defined]
-    return jobs
+    return moved, ports, now
 
 
 def _insert_postgres(
@@ -184,24 +246,25 @@ def _dispatch_update_postgres(dispatches: list[Dispatch], now: Any) -> set[int]:
         "state", "state_reason", "updated_at", "attempt", "assigned_at", "node",
         "attempt_node", "gpu_indices", "queue_position", "eta",
     )}  # fmt: skip
-    rows = ", ".join(
-        ["(%s::bigint, %s::integer, %s::bigint, %s::jsonb, %s::text)"] * len(dispatches)
-    )
     sql = (
         f'UPDATE {Job._meta.db_table} AS j SET "{col["state"]}" = %s, '
         f'"{col["state_reason"]}" = v.reason, "{col["updated_at"]}" = %s, '
         f'"{col["attempt"]}" = v.attempt + 1, "{col["assigned_at"]}" = %s, '
         f'"{col["node"]}" = v.node_id, "{col["attempt_node"]}" = v.node_id, '
-        f'"{col["gpu_indices"]}" = v.gpus, "{col["queue_position"]}" = NULL, '
+        f'"{col["gpu_indices"]}" = v.gpus::jsonb, "{col["queue_position"]}" = NULL, '
         f'"{col["eta"]}" = NULL '
-        f"FROM (VALUES {rows}) AS v(id, attempt, node_id, gpus, reason) "
+        "FROM unnest(%s::bigint[], %s::integer[], %s::bigint[], %s::text[], %s::text[]) "
+        "AS v(id, attempt, node_id, gpus, reason) "
         f'WHERE j.id = v.id AND j."{col["state"]}" = %s AND j."{col["attempt"]}" = v.attempt '
         "RETURNING j.id"
     )
-    params: list[Any] = [sample["state"], now, now]
-    for d in dispatches:
-        params += [d.job_id, d.attempt, d.node_id, json.dumps(list(d.gpu_indices)), d.reason[:1000]]
-    params.append(S.PENDING)
+    # Five arrays, however many jobs: no statement text or parameter list that grows with them.
+    params: list[Any] = [
+        sample["state"], now, now,
+        [d.job_id for d in dispatches], [d.attempt for d in dispatches],
+        [d.node_id for d in dispatches], [json.dumps(list(d.gpu_indices)) for d in dispatches],
+        [d.reason[:1000] for d in dispatches], S.PENDING,
+    ]  # fmt: skip
     assert TRANSITIONS["dispatch"].sources == {S.PENDING}
     with connection.cursor() as cursor:
         cursor.execute(sql, params)

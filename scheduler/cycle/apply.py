@@ -26,8 +26,8 @@ from fleet.models import GpuRelease, Job, JobState, Node
 from fleet.models.jobs import ACTIVE_STATES
 from fleet.models.nodes import NodeState as NodeStatus
 from fleet.services import messaging
-from fleet.services.dispatch import send_start_on_commit
-from fleet.services.job_batches import Dispatch, job_dispatch_many
+from fleet.services.dispatch import send_starts_on_commit
+from fleet.services.job_batches import Dispatch, job_dispatch_starts
 from fleet.services.job_states import SCHEDULER, job_transition
 from fleet.services.jobs import stop_previous_attempt
 from scheduler.core.model import (
@@ -242,9 +242,9 @@ def apply_plan(snap: DbSnapshot, plan: Plan) -> Outcome:
             else:
                 dispatches.append(checked)
         with transaction.atomic():
-            for job in job_dispatch_many(dispatches=dispatches, actor=SCHEDULER):
-                send_start_on_commit(job)
-                outcome.placed.append(job.pk)
+            starts = job_dispatch_starts(dispatches=dispatches, actor=SCHEDULER)
+            send_starts_on_commit(starts)
+        outcome.placed += [start.job.id for start in starts]
         moved = set(outcome.placed)
         for d in dispatches:
             if d.job_id not in moved:
