@@ -114,6 +114,12 @@ def _redis() -> Any:
     return _client
 
 
+def redis_client() -> Any:
+    """This process's kept Redis client (the Redis of the broker and the cache), for reads
+    on every request where Django's cache would build a client per call."""
+    return _redis()
+
+
 # Tasks that agents run (workers/tasks.py), named here so the control side never imports them.
 START_JOB_TASK = "workers.tasks.start_job"
 STOP_JOB_TASK = "workers.tasks.stop_job"

@@ -18,11 +18,11 @@ from dataclasses import replace
 from typing import Any
 from uuid import uuid4
 
-from django.core.cache import cache
 from django.db import connection, transaction
 
 from fleet.errors import ApplicationError
 from fleet.models import Gpu, Node, Team
+from fleet.services.messaging import redis_client
 from scheduler.core.admission import admission_error, host_limit_error
 from scheduler.core.model import GpuState, NodeState, PendingJob, TeamState
 
@@ -58,10 +58,13 @@ ORDER BY 7 DESC, 1, 2, 3
 # is trusted while the shape generation (a value in the shared cache that every change
 # replaces, see fleet_shape_changed) and the newest GPU row are the ones it was read under,
 # and for at most SHAPE_TTL_S seconds.
+# Read with the process's kept Redis client (every submit reads it: Django's cache would
+# build a client per call) from the Redis the cache uses.
 SHAPE_GENERATION_KEY = "fleet:admission:shape-generation"
 SHAPE_TTL_S = 60.0
 # The node fields admission reads beside its GPUs.
 SHAPE_FIELDS = frozenset({"cpus", "memory_mb", "group"})
+_NEWEST_GPU_SQL = f"SELECT max(id) FROM {Gpu._meta.db_table}"
 _shape_memo: tuple[tuple[str, int | None], float, tuple[NodeState, ...]] | None = None
 
 
@@ -76,7 +79,7 @@ def fleet_shape_changed() -> None:
 
 def _new_shape_generation() -> None:
     try:
-        cache.set(SHAPE_GENERATION_KEY, uuid4().hex, timeout=None)
+        redis_client().set(SHAPE_GENERATION_KEY, uuid4().hex)
     except Exception:  # noqa: BLE001 - without the cache every submit reads the fleet
         log.warning("could not replace the fleet shape generation", exc_info=True)
 
@@ -85,16 +88,19 @@ def _shape_generation() -> tuple[str, int | None] | None:
     """What the fleet's shape is known by now, or None when the cache cannot say (then the
     fleet is read for every submit)."""
     try:
-        generation = cache.get(SHAPE_GENERATION_KEY)
+        client = redis_client()
+        generation = client.get(SHAPE_GENERATION_KEY)
         if generation is None:
-            cache.add(SHAPE_GENERATION_KEY, uuid4().hex, timeout=None)
-            generation = cache.get(SHAPE_GENERATION_KEY)
+            client.set(SHAPE_GENERATION_KEY, uuid4().hex, nx=True)
+            generation = client.get(SHAPE_GENERATION_KEY)
     except Exception:  # noqa: BLE001
         return None
     if generation is None:
         return None
-    newest = Gpu.objects.order_by("-id").values_list("id", flat=True).first()
-    return str(generation), newest
+    with connection.cursor() as cursor:
+        cursor.execute(_NEWEST_GPU_SQL)
+        (newest,) = cursor.fetchone()
+    return generation.decode(), newest
 
 
 def fleet_nodes() -> tuple[NodeState, ...]:
