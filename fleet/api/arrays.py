@@ -13,6 +13,7 @@ from rest_framework.serializers import as_serializer_error
 from rest_framework.views import APIView
 
 from fleet.api.errors import _first_message
+from fleet.api.job_submit import lean_values
 from fleet.api.jobs import JobRequestInput
 from fleet.api.serializers import StrictCharField, StrictSerializer
 from fleet.errors import ApplicationError
@@ -61,10 +62,12 @@ class JobBulkApi(APIView):
         requests: list[JobRequest] = []
         # One serializer for every item, as a ListSerializer does: building one per item
         # (DRF deep-copies its fields) cost more than the rest of the request.
+        # A plain item is checked by the lean check of single submits; the serializer decides
+        # the rest, and words every refusal.
         child = JobRequestInput()
         for index, item in enumerate(items):
             try:
-                values = child.run_validation(item)
+                values = lean_values(JobRequestInput, item) or child.run_validation(item)
             except ValidationError as exc:
                 errors: Any = as_serializer_error(exc)
                 field = next(iter(errors), "")

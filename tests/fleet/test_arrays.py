@@ -204,6 +204,33 @@ def test_bulk_submit_creates_every_job_in_order(owner_api: Any, fleet_nodes: Any
     assert JobEvent.objects.filter(job_id__in=body["job_ids"]).count() == 5
 
 
+def test_bulk_checks_plain_items_without_the_serializer(
+    owner_api: Any, fleet_nodes: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Plain items take the lean check of single submits; an item it cannot vouch for (a
+    number sent as a string) still goes through the serializer, and both are stored alike."""
+    from fleet.api.jobs import JobRequestInput
+
+    seen: list[Any] = []
+    validate = JobRequestInput.run_validation
+
+    def counted(self: Any, data: Any) -> Any:
+        seen.append(data)
+        return validate(self, data)
+
+    monkeypatch.setattr(JobRequestInput, "run_validation", counted)
+    specs = [_job(name="plain-0"), _job(name="plain-1", gpus=2), _job(name="text", gpus="2")]
+    response = owner_api.post(BULK, {"jobs": specs}, format="json")
+    assert response.status_code == 201, response.json()
+    assert seen == [specs[2]]
+    jobs = [Job.objects.get(id=i) for i in response.json()["job_ids"]]
+    assert [(j.name, j.gpus, j.command) for j in jobs] == [
+        ("plain-0", 1, "python train.py"),
+        ("plain-1", 2, "python train.py"),
+        ("text", 2, "python train.py"),
+    ]
+
+
 @pytest.mark.parametrize(
     ("bad", "where", "needle"),
     [
