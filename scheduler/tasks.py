@@ -7,7 +7,7 @@ from typing import Any
 from celery import shared_task
 
 from fleet.celery import CONTROL_QUEUE
-from fleet.services.messaging import request_schedule
+from fleet.services.messaging import request_schedule, schedule_window_fit
 from scheduler.cycle.runner import run_cycle
 
 
@@ -28,6 +28,7 @@ def schedule_cycle() -> dict[str, Any] | None:
         # for the periodic tick.
         request_schedule()
         return None
+    schedule_window_fit(record.duration_ms / 1000)
     return {"cycle": record.pk, "placed": record.placed, "duration_ms": record.duration_ms}
 
 

@@ -22,7 +22,20 @@ log = logging.getLogger(__name__)
 SCHEDULE_TASK = "scheduler.tasks.schedule_cycle"
 SCHEDULE_DEBOUNCE_KEY = "fleet:scheduler:cycle-requested"
 SCHEDULE_TRAILING_KEY = "fleet:scheduler:cycle-requested-again"
+SCHEDULE_WINDOW_KEY = "fleet:scheduler:window-seconds"
+# The window until the control worker has timed a cycle (and when Redis lost the timing).
 SCHEDULE_DEBOUNCE_SECONDS = 0.5
+# The window follows the cost of a cycle: SCHEDULE_WINDOW_PER_CYCLE times the last cycle's
+# duration, within these bounds. A burst costs at most two cycles a window, so requests keep
+# the control worker at most two thirds busy however large the fleet, and on a small fleet
+# (cycles of tens of milliseconds) a job submitted just after another ended waits a short
+# window, not half a second.
+SCHEDULE_WINDOW_PER_CYCLE = 3.0
+SCHEDULE_WINDOW_MIN_S = 0.15
+SCHEDULE_WINDOW_MAX_S = 2.0
+# How long a process keeps the window it read before reading it again.
+SCHEDULE_WINDOW_REFRESH_S = 5.0
+_window_read: tuple[float, float] | None = None  # (read at, seconds)
 # Until when (time.time()) this process knows that the current window's closing cycle is
 # already asked for; a burst of submits then costs Redis a few commands a window, not three
 # a submit. The margin (a share of the window) keeps clear of that cycle's start.
@@ -52,7 +65,7 @@ def send_to_node_on_commit(
 
 def request_schedule() -> None:
     """Ask for a scheduling cycle; bursts of requests collapse. The first request of a
-    window (SCHEDULE_DEBOUNCE_SECONDS) gets a cycle at once, so a job submitted to an idle
+    window (schedule_window_fit) gets a cycle at once, so a job submitted to an idle
     fleet starts without waiting out the window; requests during the window share one more
     cycle at its end, which sees everything they wrote. So a burst of any size costs two
     cycles a window at most, and nothing waits longer than a window. The window lives in
@@ -63,17 +76,16 @@ def request_schedule() -> None:
         now = time.time()
         if now < _covered_until:
             return  # this window's closing cycle is already asked for, and will see this commit
-        window_ms = int(SCHEDULE_DEBOUNCE_SECONDS * 1000)
         try:
             client = _redis()
+            window = _window(client, now)
+            window_ms = int(window * 1000)
             first = bool(client.set(SCHEDULE_DEBOUNCE_KEY, repr(now), nx=True, px=window_ms))
             opened = now if first else float(client.get(SCHEDULE_DEBOUNCE_KEY) or now)
             # The closing cycle runs at the end of the window the first request opened; its
             # key lasts until then, not into the next window (whose closing cycle it would
             # otherwise stand for).
-            countdown = min(
-                max(SCHEDULE_DEBOUNCE_SECONDS - (now - opened), 0.05), SCHEDULE_DEBOUNCE_SECONDS
-            )
+            countdown = min(max(window - (now - opened), 0.05), window)
             again = not first and bool(
                 client.set(SCHEDULE_TRAILING_KEY, 1, nx=True, px=int(countdown * 1000))
             )
@@ -84,7 +96,7 @@ def request_schedule() -> None:
             # The cycle at the window's end is asked for (now, or by another request): the
             # rest of this process's requests in the window need not ask Redis again, up to
             # a margin before that cycle (clocks of other hosts may differ a little).
-            _covered_until = opened + SCHEDULE_DEBOUNCE_SECONDS * (1 - SCHEDULE_COVER_MARGIN)
+            _covered_until = opened + window * (1 - SCHEDULE_COVER_MARGIN)
         if first:
             _send(SCHEDULE_TASK, CONTROL_QUEUE, {})
         elif again:
@@ -93,11 +105,42 @@ def request_schedule() -> None:
     transaction.on_commit(send)
 
 
+def schedule_window_fit(cycle_seconds: float) -> float:
+    """Set the window from the duration of the cycle that just ran (the control worker calls
+    this after each cycle); returns the window. A failure to store it only keeps the last
+    window: the window is a rate limit, not state."""
+    window = min(
+        max(cycle_seconds * SCHEDULE_WINDOW_PER_CYCLE, SCHEDULE_WINDOW_MIN_S), SCHEDULE_WINDOW_MAX_S
+    )
+    try:
+        _redis().set(SCHEDULE_WINDOW_KEY, repr(window), ex=3600)
+    except Exception:
+        log.warning("Redis unavailable; the scheduling window keeps its last length")
+    return window
+
+
+def _window(client: Any, now: float) -> float:
+    """The current window in seconds: the one the control worker last set, read again
+    every SCHEDULE_WINDOW_REFRESH_S; SCHEDULE_DEBOUNCE_SECONDS while none is set."""
+    global _window_read
+    if _window_read is not None and 0 <= now - _window_read[0] < SCHEDULE_WINDOW_REFRESH_S:
+        return _window_read[1]
+    raw = client.get(SCHEDULE_WINDOW_KEY)
+    try:
+        window = min(max(float(raw), SCHEDULE_WINDOW_MIN_S), SCHEDULE_WINDOW_MAX_S)
+    except (TypeError, ValueError):  # none set yet, or not a number
+        window = SCHEDULE_DEBOUNCE_SECONDS
+    _window_read = (now, window)
+    return window
+
+
 def schedule_window_reset() -> None:
-    """Forget the current window (tests, and a control worker that starts afresh)."""
-    global _covered_until
+    """Forget the current window and its length (tests, and a control worker that starts
+    afresh)."""
+    global _covered_until, _window_read
     _covered_until = 0.0
-    _redis().delete(SCHEDULE_DEBOUNCE_KEY, SCHEDULE_TRAILING_KEY)
+    _window_read = None
+    _redis().delete(SCHEDULE_DEBOUNCE_KEY, SCHEDULE_TRAILING_KEY, SCHEDULE_WINDOW_KEY)
 
 
 _client: Any = None
