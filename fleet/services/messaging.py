@@ -31,7 +31,7 @@ SCHEDULE_DEBOUNCE_SECONDS = 0.5
 # (cycles of tens of milliseconds) a job submitted just after another ended waits a short
 # window, not half a second.
 SCHEDULE_WINDOW_PER_CYCLE = 3.0
-SCHEDULE_WINDOW_MIN_S = 0.15
+SCHEDULE_WINDOW_MIN_S = 0.1
 SCHEDULE_WINDOW_MAX_S = 2.0
 # How long a process keeps the window it read before reading it again.
 SCHEDULE_WINDOW_REFRESH_S = 5.0
