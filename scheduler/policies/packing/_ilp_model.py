@@ -45,19 +45,27 @@ only a safety net.
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from typing import Any
 
-import highspy
 import numpy as np
-from scipy.sparse import coo_matrix
 
 from scheduler.core.fragmentation import Scorer
 from scheduler.core.model import FULL_COMPUTE, GpuState, NodeState, PendingJob
+from scheduler.policies.packing._ilp_classes import (
+    OPEN,
+    GpuClass,
+    Kind,
+    frac_class,
+    gang_class,
+    partial_classes,
+    patterns,
+    slot_classes,
+)
+from scheduler.policies.packing._ilp_decode import decode_fractions, decode_gangs
+from scheduler.policies.packing._ilp_highs import IlpResult, Limits, Model, run_highs
+
+__all__ = ["IlpResult", "Limits", "PackingTerm", "packing_cost", "patterns", "solve"]
 
 Eligible = Callable[[PendingJob, NodeState, GpuState], bool]
-Kind = tuple[str, int]
-OPEN = 0  # the part size that stands for a GPU opened to fractions
 
 # Without a fragmentation scorer (placement "best_fit"), the packing term's fixed costs:
 OPEN_NODE = 8.0  # a pattern on an idle node
@@ -70,90 +78,6 @@ FRACTION_ROOM = 0.5  # per fraction, times the free compute share of its GPU cla
 SHARE_OF_LEAST_VALUE = 0.5
 CANDIDATE_COVER = 4  # a fraction class sees GPU classes holding this many times its jobs
 MIN_CANDIDATES = 4
-
-
-@dataclass(frozen=True, slots=True)
-class Limits:
-    """Work limits of one solve (HiGHS options), and the wall-clock safety net."""
-
-    max_bb_nodes: int = 2000
-    max_leaves: int = 1000
-    time_limit: float = 30.0
-
-
-@dataclass
-class IlpResult:
-    # "optimal"; "feasible" (a limit hit, incumbent kept); "none" (no solution: infeasible
-    # or a limit hit first); "too_large" (not built: above max_variables).
-    status: str
-    message: str
-    objective: float | None = None  # the solver's objective: value less packing term
-    value: float | None = None  # placed value of the solver's choice
-    dual_bound: float | None = None
-    mip_gap: float | None = None
-    gangs: dict[int, tuple[str, tuple[int, ...]]] = field(default_factory=dict)
-    fractions: dict[int, tuple[str, int]] = field(default_factory=dict)
-    unmapped: list[int] = field(default_factory=list)  # chosen, but left out by decoding
-    n_vars: int = 0
-    n_rows: int = 0
-    n_slot_classes: int = 0
-    n_gpu_classes: int = 0
-    bb_nodes: int = 0
-    simplex_iterations: int = 0
-    limit: str | None = None  # which limit stopped the solve, if one did
-    notes: list[str] = field(default_factory=list)
-
-
-@dataclass
-class _Slot:
-    node: str
-    indices: tuple[int, ...]
-
-
-@dataclass
-class _SlotClass:
-    kind: Kind
-    size: int
-    idle: bool
-    rep: tuple[NodeState, GpuState]
-    slots: list[_Slot] = field(default_factory=list)
-
-
-@dataclass
-class _GpuClass:
-    kind: Kind
-    free_memory_mb: int
-    free_compute: int
-    rep: tuple[NodeState, GpuState]
-    gpus: list[tuple[str, int]] = field(default_factory=list)  # empty for opened GPUs
-    opened: bool = False
-
-
-class _Model:
-    """Columns (bounds, cost) and rows, appended as the model is built."""
-
-    def __init__(self) -> None:
-        self.upper: list[float] = []
-        self.cost: list[float] = []
-        self.r_idx: list[int] = []
-        self.c_idx: list[int] = []
-        self.vals: list[float] = []
-        self.lower_b: list[float] = []
-        self.upper_b: list[float] = []
-
-    def col(self, upper: float, cost: float = 0.0) -> int:
-        self.upper.append(float(upper))
-        self.cost.append(float(cost))
-        return len(self.upper) - 1
-
-    def row(self, terms: Sequence[tuple[int, float]], lo: float, hi: float) -> None:
-        r = len(self.lower_b)
-        for c, v in terms:
-            self.r_idx.append(r)
-            self.c_idx.append(c)
-            self.vals.append(float(v))
-        self.lower_b.append(lo)
-        self.upper_b.append(hi)
 
 
 class PackingTerm:
@@ -195,73 +119,6 @@ class PackingTerm:
         self.scale = SHARE_OF_LEAST_VALUE * least_value / most if most > 0 else 0.0
 
 
-def _gang_class(job: PendingJob) -> tuple[int, str, int]:
-    return job.gpus, job.gpu_model or "", job.min_gpu_memory_mb or 0
-
-
-def _frac_class(job: PendingJob) -> tuple[int, int, str, int]:
-    return (
-        job.gpu_memory_mb or 0,
-        job.gpu_compute_percent or 0,
-        job.gpu_model or "",
-        (job.min_gpu_memory_mb or 0),
-    )
-
-
-def slot_classes(nodes: Sequence[NodeState]) -> list[_SlotClass]:
-    """Slots of wholly free GPUs grouped by (kind, count, idle node), nodes in name order."""
-    classes: dict[tuple[Kind, int, bool], _SlotClass] = {}
-    for node in sorted(nodes, key=lambda n: n.name):
-        kinds: dict[Kind, list[GpuState]] = {}
-        for gpu in node.gpus:
-            if gpu.is_whole_free:
-                kinds.setdefault((gpu.model, gpu.memory_mb), []).append(gpu)
-        for kind, gpus in kinds.items():
-            idle = len(gpus) == len(node.gpus)
-            key = (kind, len(gpus), idle)
-            cls = classes.get(key)
-            if cls is None:
-                cls = classes[key] = _SlotClass(kind, len(gpus), idle, (node, gpus[0]))
-            cls.slots.append(_Slot(node.name, tuple(sorted(g.index for g in gpus))))
-    return [classes[k] for k in sorted(classes)]
-
-
-def _partial_classes(nodes: Sequence[NodeState]) -> list[_GpuClass]:
-    classes: dict[tuple[Kind, int, int], _GpuClass] = {}
-    for node in sorted(nodes, key=lambda n: n.name):
-        for gpu in node.gpus:
-            mem, comp = min(gpu.free_memory_mb, gpu.memory_mb), gpu.free_compute_percent
-            if gpu.is_whole_free or mem <= 0 or comp <= 0:
-                continue
-            key = ((gpu.model, gpu.memory_mb), mem, comp)
-            cls = classes.get(key)
-            if cls is None:
-                cls = classes[key] = _GpuClass(key[0], mem, comp, (node, gpu))
-            cls.gpus.append((node.name, gpu.index))
-    return [classes[k] for k in sorted(classes)]
-
-
-def patterns(size: int, parts: Mapping[int, int]) -> list[tuple[int, ...]]:
-    """Non-empty multisets of part sizes (OPEN counts as one GPU) within `size` GPUs, with
-    at most `parts[s]` parts of size s; each sorted largest first. Deterministic order."""
-    sizes = sorted(parts, reverse=True)
-    out: list[tuple[int, ...]] = []
-
-    def extend(i: int, room: int, acc: list[int]) -> None:
-        if i == len(sizes):
-            if acc:
-                out.append(tuple(acc))
-            return
-        s = sizes[i]
-        gpus = max(s, 1)
-        most = min(parts[s], room // gpus)
-        for count in range(most, -1, -1):
-            extend(i + 1, room - count * gpus, acc + [s] * count)
-
-    extend(0, size, [])
-    return out
-
-
 def solve(
     jobs: Sequence[PendingJob],
     values: Mapping[int, float],
@@ -281,7 +138,7 @@ def solve(
     set here (the costs of this model against its least valuable job).
     """
     limits = limits or Limits()
-    m = _Model()
+    m = Model()
     members: list[PendingJob]
     raw_costs: dict[int, float] = {}  # column -> packing cost, before scaling
     p_col = {job.id: m.col(1.0, -values[job.id]) for job in jobs}
@@ -290,9 +147,9 @@ def solve(
     frac_classes: dict[tuple[int, int, str, int], list[PendingJob]] = {}
     for job in jobs:
         if job.is_fractional:
-            frac_classes.setdefault(_frac_class(job), []).append(job)
+            frac_classes.setdefault(frac_class(job), []).append(job)
         else:
-            gang_classes.setdefault(_gang_class(job), []).append(job)
+            gang_classes.setdefault(gang_class(job), []).append(job)
     gkeys, fkeys = sorted(gang_classes), sorted(frac_classes)
 
     sclasses = slot_classes(nodes)
@@ -357,14 +214,14 @@ def solve(
         m.row(terms, 0.0, 0.0)
 
     # GPU classes for fractions: partly used ones, then the opened GPUs of each kind.
-    gclasses = _partial_classes(nodes)
+    gclasses = partial_classes(nodes)
     open_terms: dict[Kind, list[tuple[int, float]]] = {}
     for k, sc in enumerate(sclasses):
         for col, n in parts_cols.get((k, OPEN), []):
             open_terms.setdefault(sc.kind, []).append((col, float(n)))
     for kind in sorted(open_terms):
         rep = kinds_rep[kind]
-        gclasses.append(_GpuClass(kind, kind[1], FULL_COMPUTE, rep, opened=True))
+        gclasses.append(GpuClass(kind, kind[1], FULL_COMPUTE, rep, opened=True))
     y_cols: dict[tuple[int, int, str, int], list[tuple[int, int]]] = {}
     uses: dict[int, list[tuple[int, int, int]]] = {}  # g -> [(col, mem, comp)]
     for fkey in fkeys:
@@ -464,14 +321,14 @@ def solve(
         result.status, result.message = "too_large", f"{n} variables > {max_variables}"
         return result
 
-    x = _run_highs(m, limits, relax, result)
+    x = run_highs(m, limits, relax, result)
     if x is None or relax:
         return result
     xi = np.rint(x).astype(np.int64)
     chosen_ids = {jid for jid, col in p_col.items() if xi[col] > 0}
     result.value = float(sum(values[j] for j in chosen_ids))
-    opened = _decode(result, xi, chosen_ids, sclasses, pat_cols, gang_classes, x_cols)
-    _decode_fractions(result, xi, chosen_ids, gclasses, opened, frac_classes, y_cols)
+    opened = decode_gangs(result, xi, chosen_ids, sclasses, pat_cols, gang_classes, x_cols)
+    decode_fractions(result, xi, chosen_ids, gclasses, opened, frac_classes, y_cols)
     return result
 
 
@@ -511,131 +368,3 @@ def packing_cost(
             if used:
                 cost += term.pattern(kind, len(gpus), len(gpus) == len(state.gpus), used)
     return term.scale * cost
-
-
-def _run_highs(m: _Model, limits: Limits, relax: bool, result: IlpResult) -> np.ndarray | None:
-    n = len(m.upper)
-    h = highspy.Highs()
-    options: dict[str, Any] = {
-        "output_flag": False,
-        "random_seed": 0,
-        "time_limit": max(float(limits.time_limit), 0.0),
-        "mip_max_nodes": int(limits.max_bb_nodes),
-        "mip_max_leaves": int(limits.max_leaves),
-    }
-    for key, value in options.items():
-        h.setOptionValue(key, value)
-    lp = highspy.HighsLp()
-    lp.num_col_, lp.num_row_ = n, len(m.lower_b)
-    lp.col_cost_ = np.array(m.cost)
-    lp.col_lower_ = np.zeros(n)
-    lp.col_upper_ = np.array(m.upper)
-    lp.row_lower_ = np.array(m.lower_b)
-    lp.row_upper_ = np.array(m.upper_b)
-    matrix = coo_matrix(
-        (np.array(m.vals), (np.array(m.r_idx, dtype=np.int64), np.array(m.c_idx, dtype=np.int64))),
-        shape=(len(m.lower_b), n),
-    ).tocsc()
-    matrix.sum_duplicates()
-    lp.a_matrix_.format_ = highspy.MatrixFormat.kColwise
-    lp.a_matrix_.start_ = matrix.indptr
-    lp.a_matrix_.index_ = matrix.indices
-    lp.a_matrix_.value_ = matrix.data
-    if not relax:
-        lp.integrality_ = [highspy.HighsVarType.kInteger] * n
-    h.passModel(lp)
-    h.run()
-    status = h.getModelStatus()
-    info = h.getInfo()
-    result.message = h.modelStatusToString(status)
-    result.bb_nodes = int(info.mip_node_count) if not relax else 0
-    result.simplex_iterations = int(info.simplex_iteration_count)
-    limit_names = {
-        highspy.HighsModelStatus.kTimeLimit: "time",
-        highspy.HighsModelStatus.kSolutionLimit: "branch-and-bound nodes or leaves",
-    }
-    result.limit = limit_names.get(status)
-    has_solution = info.primal_solution_status == 2  # feasible
-    if not has_solution:
-        return None
-    result.status = "optimal" if status == highspy.HighsModelStatus.kOptimal else "feasible"
-    result.objective = -float(info.objective_function_value)
-    if not relax:
-        result.dual_bound = -float(info.mip_dual_bound)
-        result.mip_gap = float(info.mip_gap)
-    return np.array(h.getSolution().col_value)
-
-
-def _decode(
-    result: IlpResult,
-    x: np.ndarray,
-    chosen: set[int],
-    sclasses: list[_SlotClass],
-    pat_cols: list[list[tuple[int, tuple[int, ...]]]],
-    gang_classes: dict[tuple[int, str, int], list[PendingJob]],
-    x_cols: dict[tuple[int, str, int], list[tuple[int, int]]],
-) -> dict[Kind, list[tuple[str, int]]]:
-    """Concrete GPUs for the gangs: the class's nodes in name order take the chosen
-    patterns in their order; a gang takes the lowest GPUs of its part. Returns the GPUs
-    opened to fractions, per kind."""
-    parts: dict[tuple[int, int], list[tuple[str, tuple[int, ...]]]] = {}
-    opened: dict[Kind, list[tuple[str, int]]] = {}
-    for k, sc in enumerate(sclasses):
-        slots = iter(sc.slots)
-        for col, pat in pat_cols[k]:
-            for _ in range(int(x[col])):
-                slot = next(slots)
-                pos = 0
-                for s in pat:
-                    width = max(s, 1)
-                    indices = slot.indices[pos : pos + width]
-                    pos += width
-                    if s == OPEN:
-                        opened.setdefault(sc.kind, []).append((slot.node, indices[0]))
-                    else:
-                        parts.setdefault((k, s), []).append((slot.node, indices))
-    for key in sorted(gang_classes):
-        queue = [j.id for j in gang_classes[key] if j.id in chosen]
-        for k, col in x_cols.get(key, []):
-            free = parts.get((k, key[0]), [])
-            for _ in range(int(x[col])):
-                if queue and free:
-                    result.gangs[queue.pop(0)] = free.pop(0)
-        result.unmapped += queue
-    return opened
-
-
-def _decode_fractions(
-    result: IlpResult,
-    x: np.ndarray,
-    chosen: set[int],
-    gclasses: list[_GpuClass],
-    opened: dict[Kind, list[tuple[str, int]]],
-    frac_classes: dict[tuple[int, int, str, int], list[PendingJob]],
-    y_cols: dict[tuple[int, int, str, int], list[tuple[int, int]]],
-) -> None:
-    """Concrete GPUs for the fractions: per GPU class, first fit decreasing over its GPUs
-    (name and index order); a fraction that fits none is left to best fit."""
-    items: dict[int, list[PendingJob]] = {}
-    for key in sorted(frac_classes):
-        queue = [j for j in frac_classes[key] if j.id in chosen]
-        for g, col in y_cols.get(key, []):
-            for _ in range(int(x[col])):
-                if queue:
-                    items.setdefault(g, []).append(queue.pop(0))
-        result.unmapped += [j.id for j in queue]
-    for g, jobs in sorted(items.items()):
-        gc = gclasses[g]
-        gpus = opened.get(gc.kind, []) if gc.opened else gc.gpus
-        room = [[gc.free_memory_mb, gc.free_compute] for _ in gpus]
-        jobs.sort(key=lambda j: (-(j.gpu_compute_percent or 0), -(j.gpu_memory_mb or 0), j.id))
-        for job in jobs:
-            mem, comp = job.gpu_memory_mb or 0, job.gpu_compute_percent or 0
-            for i, free in enumerate(room):
-                if free[0] >= mem and free[1] >= comp and free[0] > 0 and free[1] > 0:
-                    free[0] -= mem
-                    free[1] -= comp
-                    result.fractions[job.id] = gpus[i]
-                    break
-            else:
-                result.unmapped.append(job.id)

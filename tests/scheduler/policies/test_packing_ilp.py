@@ -140,3 +140,31 @@ def test_a_work_limit_with_no_solution_falls_back_with_a_note() -> None:
     assert plan.places == greedy.places
     assert len(plan.notes) == 1
     assert plan.notes[0].startswith("ilp: fell back to greedy: no solution within the work limit")
+
+
+_SOLVE_ONE = """
+from scheduler.policies.packing._ilp_highs import IlpResult, Limits, Model, run_highs
+
+m = Model()
+a, b = m.col(1.0, -2.0), m.col(1.0, -1.0)
+m.row([(a, 1.0), (b, 1.0)], 0.0, 1.0)
+result = IlpResult(status="none", message="")
+x = run_highs(m, Limits(), False, result)
+assert x is not None and list(x) == [1.0, 0.0] and result.status == "optimal", (x, result)
+"""
+
+
+def test_a_solve_prints_nothing() -> None:
+    # HiGHS prints a banner on a process's first call unless output is off before it; a
+    # scheduler cycle writes nothing to the control worker's console. A fresh process, as
+    # the banner comes once per process.
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[3]
+    done = subprocess.run(
+        [sys.executable, "-c", _SOLVE_ONE], cwd=root, capture_output=True, text=True, timeout=60
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "" and done.stderr == ""
