@@ -1,6 +1,9 @@
-"""The scheduler's own rows: its settings, a record of each cycle, and decayed team usage."""
+"""The scheduler's own rows: its settings, a record of each cycle, decayed team usage and the
+queue's order."""
 
 from __future__ import annotations
+
+from uuid import uuid4
 
 from django.core.validators import MinValueValidator
 from django.db import models
@@ -88,3 +91,16 @@ class TeamUsage(models.Model):
 
     def __str__(self) -> str:
         return f"{self.team_id}: {self.decayed_gpu_seconds:.0f} GPU-s"
+
+
+class QueueOrder(models.Model):
+    """One row (pk 1): the ids of the waiting jobs in the order of the last cycle, from which
+    pages and the API read queue positions (scheduler.cycle.positions)."""
+
+    job_ids = models.JSONField(default=list)
+    # A new value on every write: readers keep the order they parsed while it is the same.
+    token = models.UUIDField(default=uuid4)
+    written_at = models.DateTimeField()
+
+    def __str__(self) -> str:
+        return f"{len(self.job_ids)} waiting jobs, as of {self.written_at}"

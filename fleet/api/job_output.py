@@ -14,6 +14,7 @@ from fleet.selectors.checkpoints import attempt_resumed
 from fleet.selectors.jobs import job_members, job_state_reason
 from fleet.services.access import can_manage_job, can_see_command
 from scheduler.cycle.eta_learning import band_for, current_calibration
+from scheduler.cycle.positions import queue_positions
 
 
 class JobMemberSerializer(serializers.ModelSerializer):
@@ -78,7 +79,12 @@ class JobOutputSerializer(serializers.ModelSerializer):
         return self.get_state_reason(job) or "waiting for the scheduler's next cycle"
 
     def get_queue_position(self, job: Job) -> int | None:
-        return job.queue_position if job.state == JobState.PENDING else None
+        if job.state != JobState.PENDING:
+            return None
+        positions = self.context.get("queue_positions")
+        if positions is None:  # read once per response, not once per job
+            positions = self.context["queue_positions"] = queue_positions()
+        return positions.get(job.pk)
 
     @extend_schema_field(serializers.DateTimeField(allow_null=True))
     def get_eta(self, job: Job) -> str | None:

@@ -20,6 +20,10 @@ MAX_LIMIT = 5000
 class QueueJobSerializer(serializers.ModelSerializer):
     owner = serializers.CharField(source="owner.username")
     team = serializers.CharField(source="team.slug")
+    queue_position = serializers.SerializerMethodField(
+        help_text="Place in the active policy's order as of the last cycle (1: next); null "
+        "while the job is not pending or no cycle has seen it yet."
+    )
     node = serializers.SerializerMethodField()
     pending_reason = serializers.SerializerMethodField()
 
@@ -35,6 +39,9 @@ class QueueJobSerializer(serializers.ModelSerializer):
 
     def get_node(self, job: Job) -> str | None:
         return job.node.name if job.node_id and job.node else None
+
+    def get_queue_position(self, job: Job) -> int | None:
+        return getattr(job, "shown_position", None) if job.state == "pending" else None
 
     def get_pending_reason(self, job: Job) -> str | None:
         if job.state != "pending":
@@ -80,14 +87,14 @@ class QueueApi(APIView):
         mine = query.validated_data.get("mine", False)
         team = query.validated_data.get("team") or None
         limit = query.validated_data["limit"]
-        pending = queue_pending(fetched_by=request.user, mine=mine, team=team)
+        count, pending = queue_pending(fetched_by=request.user, mine=mine, team=team, limit=limit)
         running = queue_running(fetched_by=request.user, mine=mine, team=team)
         cycle = last_cycle()
         data = {
             "policy": settings_get().policy,
             "cycle_at": cycle.finished_at if cycle else None,
-            "pending_count": pending.count(),
-            "pending": list(pending[:limit]),
+            "pending_count": count,
+            "pending": pending,
             "running": list(running),
         }
         return Response(self.OutputSerializer(data, context={"request": request}).data)

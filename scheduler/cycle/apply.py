@@ -269,47 +269,35 @@ def apply_plan(snap: DbSnapshot, plan: Plan) -> Outcome:
     return outcome
 
 
-# A stored queue position is rewritten once the job has moved by at least this fraction of
-# it: exactly within the first 1 / POSITION_SLACK places (one place is 1 % of 100), to within
-# 1 % further back. The order moves with the clock (age, decayed usage) and every start or
-# submit shifts everyone behind it by a place, so exact positions would cost a row write per
-# waiting job per cycle (7,000 of 10,000 in a cycle after one that placed jobs) for a figure
-# its owner reads as "about 5,000th". Reasons and ETAs are always written when they change.
-POSITION_SLACK = 0.01
-
-
-def position_moved(stored: int | None, position: int) -> bool:
-    """Whether a job stored at `stored` and now at `position` needs its position written."""
-    return stored is None or abs(position - stored) >= max(1.0, stored * POSITION_SLACK)
+def waiting_order(estimates: Estimates, outcome: Outcome) -> list[int]:
+    """The jobs still waiting after the cycle, in the policy's order: what the queue
+    positions are read from (scheduler.cycle.positions)."""
+    placed = set(outcome.placed)
+    ranked = sorted((p[0], job_id) for job_id, p in estimates.items() if job_id not in placed)
+    return [job_id for _, job_id in ranked]
 
 
 def wait_rows(snap: DbSnapshot, estimates: Estimates, outcome: Outcome) -> list[WaitRow]:
     """(job id, reason, position, eta) for waiting jobs whose stored values differ.
 
-    Positions count only the jobs still waiting, in the policy's order, and are written
-    when they moved (`position_moved`). ETAs are kept to whole seconds: an ETA that moves by
-    microseconds is not worth a write."""
+    Positions are not kept on the rows (the order is stored once, see
+    scheduler.cycle.positions): a position a row still holds is cleared. ETAs are kept to
+    whole seconds: an ETA that moves by microseconds is not worth a write."""
     rows: list[WaitRow] = []
     placed = set(outcome.placed)
-    waiting = sorted(
-        (item for item in estimates.items() if item[0] not in placed), key=lambda i: i[1][0]
-    )
     stored_waits = snap.waits
-    for position, (job_id, (_, eta, reason)) in enumerate(waiting, start=1):
+    for job_id, (_, eta, reason) in estimates.items():
+        if job_id in placed:
+            continue
         skipped = outcome.skipped.get(job_id)
         if skipped is not None:
             reason = f"{skipped}; the next cycle decides again"
         reason = reason[:1000]
         whole = None if eta is None else int(eta)
         stored = stored_waits.get(job_id)
-        if (
-            stored is None
-            or stored[0] != reason
-            or stored[2] != whole
-            or position_moved(stored[1], position)
-        ):
+        if stored is None or stored[0] != reason or stored[2] != whole or stored[1] is not None:
             at = None if whole is None else datetime.fromtimestamp(whole, tz=UTC)
-            rows.append((job_id, reason, position, at))
+            rows.append((job_id, reason, None, at))
     return rows
 
 

@@ -1,7 +1,7 @@
 """Reads for the queue page and API, and the submit form's what-if estimate.
 
-The queue shows what the last cycle wrote (positions in the active policy's order, ETAs,
-reasons): it costs one query, however long the queue. The estimate runs the policy on a
+The queue shows what the last cycle wrote (ETAs and reasons on the job rows, the order of the
+waiting jobs in one row: scheduler.cycle.positions): a few queries, however long the queue. The estimate runs the policy on a
 fresh snapshot with the would-be job added, and writes nothing.
 """
 
@@ -18,6 +18,7 @@ from fleet.models.jobs import ACTIVE_STATES
 from fleet.services.jobs import JobRequest, job_validate
 from scheduler.core.eta import what_if
 from scheduler.cycle.admission import pending_job
+from scheduler.cycle.positions import in_queue_order
 from scheduler.cycle.runner import make_policy
 from scheduler.cycle.snapshot import build_snapshot
 from scheduler.models import CycleRecord
@@ -31,12 +32,27 @@ def _scoped(queryset: QuerySet[Job], *, user: Any, mine: bool, team: str | None)
     return queryset
 
 
-def queue_pending(*, fetched_by: Any, mine: bool = False, team: str | None = None) -> QuerySet[Job]:
-    """Pending jobs in the policy's order (as of the last cycle); newer ones last."""
-    queryset = Job.objects.filter(state=JobState.PENDING).select_related("owner", "team")
-    return _scoped(queryset, user=fetched_by, mine=mine, team=team).order_by(
-        F("queue_position").asc(nulls_last=True), "submitted_at", "id"
+def queue_pending(
+    *, fetched_by: Any, mine: bool = False, team: str | None = None, limit: int | None = None
+) -> tuple[int, list[Job]]:
+    """How many jobs are pending, and the first `limit` of them (all when None) in the
+    policy's order as of the last cycle, newer ones last; each with `shown_position`, its
+    queue position (None for a job the last cycle did not see)."""
+    queryset = _scoped(
+        Job.objects.filter(state=JobState.PENDING), user=fetched_by, mine=mine, team=team
     )
+    ordered = in_queue_order(queryset.values_list("id", "submitted_at"))
+    count = len(ordered)
+    if limit is not None:
+        ordered = ordered[:limit]
+    found = queryset.select_related("owner", "team").in_bulk([job_id for job_id, _ in ordered])
+    jobs = []
+    for job_id, position in ordered:
+        job = found.get(job_id)
+        if job is not None:  # gone between the two reads
+            job.shown_position = position  # type: ignore[attr-defined]
+            jobs.append(job)
+    return count, jobs
 
 
 def queue_running(*, fetched_by: Any, mine: bool = False, team: str | None = None) -> QuerySet[Job]:

@@ -1,4 +1,5 @@
-"""The scheduling cycle: lock, snapshot, policy, apply, waits, record.
+"""The scheduling cycle: lock, snapshot, policy, apply, waits and queue order, record; then,
+outside the lock, the ETA forecast when one is due (scheduler.cycle.forecast).
 
     from scheduler.cycle.runner import run_cycle
     record = run_cycle()          # None when another cycle holds the lock
@@ -18,15 +19,12 @@ from typing import Any
 
 from django.utils import timezone
 
-from scheduler.core.eta import estimate
 from scheduler.core.model import Plan
-from scheduler.cycle.apply import Outcome, apply_plan, wait_rows, write_waits
-from scheduler.cycle.eta_learning import (
-    follow_forecasts,
-    learn_starts,
-    refresh_band,
-)
+from scheduler.cycle.apply import Outcome, apply_plan, wait_rows, waiting_order, write_waits
+from scheduler.cycle.eta_learning import learn_starts
+from scheduler.cycle.forecast import Forecast, forecast_after, forecast_due
 from scheduler.cycle.lock import cycle_lock
+from scheduler.cycle.positions import store_order
 from scheduler.cycle.snapshot import DbSnapshot, build_snapshot
 from scheduler.models import DEFAULT_POLICY, CycleRecord
 from scheduler.policies import Policy, get_policy
@@ -62,23 +60,6 @@ def plan_for(snap: DbSnapshot) -> tuple[Policy, Plan, list[str]]:
         return fallback, fallback.schedule(snap.core), [*notes, note]
 
 
-def estimates_for(snap: DbSnapshot, policy: Policy, plan: Plan) -> dict[int, Any]:
-    """job id -> (position, ETA, reason) for every pending job, by playing the plan forward.
-    Reasons are the plan's, worded the same whether or not ETAs were forecast."""
-    forecast = estimate(
-        snap.core,
-        policy,
-        plan=plan,
-        max_events=int(snap.param("eta_max_events")),
-        horizon=float(snap.param("eta_horizon")),
-    )
-    reasons = {w.job_id: w.reason for w in plan.waits}
-    return {
-        job_id: (position, eta, reasons.get(job_id, reason))
-        for job_id, (position, eta, reason) in forecast.items()
-    }
-
-
 def plan_estimates(snap: DbSnapshot, plan: Plan) -> dict[int, Any]:
     """Positions and reasons from the plan, ETAs as last forecast: what a cycle writes
     between two forecasts. The forecast is the only source of ETAs (a reservation's start,
@@ -94,37 +75,6 @@ def plan_estimates(snap: DbSnapshot, plan: Plan) -> dict[int, Any]:
             eta = float(stored[2])
         out[job_id] = (position, eta, wait.reason if wait is not None else "")
     return out
-
-
-# A job waiting for the first time is forecast within this many seconds, not only every
-# "eta_interval": soon enough that its owner sees an ETA, rare enough that a steady stream
-# of submits does not put a forecast (the costliest part on a long queue) in every cycle.
-NEW_JOB_FORECAST_GAP_S = 5.0
-
-
-def forecast_due(snap: DbSnapshot) -> bool:
-    """Whether this cycle forecasts ETAs: at most every "eta_interval" seconds (the
-    forecast costs more than the rest of a cycle on a long queue), and sooner (once
-    NEW_JOB_FORECAST_GAP_S have passed) when a job was submitted since the last forecast,
-    so that nobody waits long without one."""
-    interval = float(snap.param("eta_interval"))
-    if interval <= 0:
-        return True
-    last = (
-        CycleRecord.objects.filter(timings__has_key="eta_ms")
-        .order_by("-id")
-        .values_list("started_at", flat=True)
-        .first()
-    )
-    if last is None:
-        return True
-    age = (snap.now - last).total_seconds()
-    if age >= interval:
-        return True
-    if age < min(interval, NEW_JOB_FORECAST_GAP_S):
-        return False
-    since = last.timestamp()
-    return any(job.submitted_at > since for job in snap.core.pending)
 
 
 def _record(
@@ -156,8 +106,9 @@ def _record(
     return record
 
 
-def run_cycle_locked(*, now: datetime | None = None) -> CycleRecord:
-    """One cycle; the caller holds the scheduler lock."""
+def run_cycle_locked(*, now: datetime | None = None) -> tuple[CycleRecord, Forecast | None]:
+    """One cycle, and the forecast to run after it (None when none is due); the caller
+    holds the scheduler lock."""
     started = timezone.now()
     t0 = perf_counter()
     snap = build_snapshot(now=now)
@@ -167,28 +118,20 @@ def run_cycle_locked(*, now: datetime | None = None) -> CycleRecord:
     outcome = apply_plan(snap, plan)
     learn_starts(snap.core.now, outcome.placed)
     t3 = perf_counter()
-    forecast = forecast_due(snap)
-    if forecast:
-        estimates = estimates_for(snap, policy, plan)
-        placed = set(outcome.placed)
-        waiting = {k: v for k, v in estimates.items() if k not in placed}
-        horizon = float(snap.param("eta_horizon"))
-        follow_forecasts(snap.core.now, waiting, horizon, refresh_band())
-    else:
-        estimates = plan_estimates(snap, plan)
+    estimates = plan_estimates(snap, plan)
+    rows = wait_rows(snap, estimates, outcome)
+    written = write_waits(rows)
+    order_written = store_order(waiting_order(estimates, outcome))
     t4 = perf_counter()
-    written = write_waits(wait_rows(snap, estimates, outcome))
-    t5 = perf_counter()
     timings = {
         "snapshot_ms": (t1 - t0) * 1000,
         "policy_ms": (t2 - t1) * 1000,
         "apply_ms": (t3 - t2) * 1000,
-        "waits_ms": (t5 - t4) * 1000,
+        "waits_ms": (t4 - t3) * 1000,
         "waits_written": written,
+        "order_written": int(order_written),
     }
-    if forecast:
-        timings["eta_ms"] = (t4 - t3) * 1000
-    return _record(
+    record = _record(
         started=started,
         t0=t0,
         snap=snap,
@@ -197,20 +140,33 @@ def run_cycle_locked(*, now: datetime | None = None) -> CycleRecord:
         timings=timings,
         notes=notes,
     )
+    if not forecast_due(snap):
+        return record, None
+    placed = set(outcome.placed)
+    left = {
+        job_id: None if eta is None else int(eta)
+        for job_id, (_, eta, _) in estimates.items()
+        if job_id not in placed
+    }
+    return record, Forecast(snap, policy, plan, placed, left, record)
 
 
 def run_cycle(*, now: datetime | None = None) -> CycleRecord | None:
-    """Run one cycle if no other is running; None when the lock is held elsewhere."""
-    with cycle_lock() as acquired:
-        if not acquired:
-            log.info("another scheduling cycle is running; this one does nothing")
-            return None
-        # A cycle builds hundreds of thousands of small objects and frees them at the end;
-        # the collector's passes over them in between would cost a third of the cycle.
-        collecting = gc.isenabled()
-        gc.disable()
-        try:
-            return run_cycle_locked(now=now)
-        finally:
-            if collecting:
-                gc.enable()
+    """Run one cycle if no other is running, then the ETA forecast if one is due (outside
+    the lock, scheduler.cycle.forecast); None when the lock is held elsewhere."""
+    # A cycle builds hundreds of thousands of small objects and frees them at the end;
+    # the collector's passes over them in between would cost a third of the cycle.
+    collecting = gc.isenabled()
+    gc.disable()
+    try:
+        with cycle_lock() as acquired:
+            if not acquired:
+                log.info("another scheduling cycle is running; this one does nothing")
+                return None
+            record, forecast = run_cycle_locked(now=now)
+        if forecast is not None:
+            forecast_after(forecast)
+        return record
+    finally:
+        if collecting:
+            gc.enable()

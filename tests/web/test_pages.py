@@ -12,6 +12,7 @@ from django.utils import timezone
 
 from fleet.models import Job, NodeState
 from fleet.services.job_states import SCHEDULER, Actor, job_transition
+from scheduler.cycle.positions import store_order
 from tests.factories import JobFactory, MembershipFactory
 
 pytestmark = pytest.mark.django_db
@@ -69,13 +70,13 @@ def test_queue_lists_pending_in_policy_order_with_reason_and_eta(
         owner=teammate,
         team=team,
         name="second-submitted",
-        queue_position=1,
         state_reason="waiting for 4 free GPUs on one node",
         eta=eta,
     )
-    JobFactory(owner=owner, team=team, name="first-submitted", queue_position=2)
+    mine = JobFactory(owner=owner, team=team, name="first-submitted")
     outsider = MembershipFactory(team=other_team, user__username="someone").user
-    JobFactory(owner=outsider, team=other_team, name="other-team-job", queue_position=3)
+    other = JobFactory(owner=outsider, team=other_team, name="other-team-job")
+    store_order([first.pk, mine.pk, other.pk])  # as the last cycle left them
     html = owner_web.get("/queue/").content.decode()
     assert (
         html.index("second-submitted")

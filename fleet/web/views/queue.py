@@ -6,7 +6,7 @@ from __future__ import annotations
 from typing import Any
 
 from django.core.paginator import Paginator
-from django.db.models import F, QuerySet
+from django.db.models import QuerySet
 from django.http import HttpRequest, HttpResponse
 from django.shortcuts import render
 from django.template.loader import render_to_string
@@ -17,6 +17,7 @@ from fleet.selectors.jobs import job_list, job_reason_public
 from fleet.services.access import team_ids
 from fleet.web import live, sources
 from fleet.web.access import member_required
+from scheduler.cycle.positions import in_queue_order
 
 PER_PAGE = 50
 SCOPES = ("all", "team", "mine")
@@ -30,26 +31,26 @@ def scoped(jobs: QuerySet[Job], user: Any, scope: str) -> QuerySet[Job]:
     return jobs
 
 
-def queue_order(jobs: QuerySet[Job]) -> QuerySet[Job]:
-    """The scheduling cycle writes each pending job's queue_position; jobs it has not seen
-    yet follow, oldest first."""
-    return jobs.order_by(F("queue_position").asc(nulls_last=True), "submitted_at", "id")
-
-
 def queue_context(request: HttpRequest, scope: str) -> dict[str, Any]:
     jobs = scoped(job_list(fetched_by=request.user), request.user, scope)
-    pending = Paginator(queue_order(jobs.filter(state=JobState.PENDING)), PER_PAGE).get_page(
-        request.GET.get("page")
-    )
+    waiting = jobs.filter(state=JobState.PENDING)
+    # The order the last cycle stored; jobs it has not seen yet follow, oldest first.
+    ordered = in_queue_order(waiting.values_list("id", "submitted_at"))
+    pending = Paginator(ordered, PER_PAGE).get_page(request.GET.get("page"))
+    found = waiting.in_bulk([job_id for job_id, _ in pending])
+    start = (pending.number - 1) * PER_PAGE
+    rows = [
+        (position or start + i + 1, found[job_id])
+        for i, (job_id, position) in enumerate(pending)
+        if job_id in found
+    ]
     running = Paginator(
         jobs.filter(state__in=ACTIVE_STATES).order_by("started_at", "assigned_at", "id"),
         PER_PAGE,
     ).get_page(request.GET.get("rpage"))
     held = list(jobs.filter(state=JobState.HELD).order_by("submitted_at")[:PER_PAGE])
-    start = (pending.number - 1) * PER_PAGE
-    rows = [(job.queue_position or start + i + 1, job) for i, job in enumerate(pending)]
     # Rendered once for every viewer: reasons as anyone outside the job's team may see them.
-    for job in [*pending, *held]:
+    for job in [*(job for _, job in rows), *held]:
         job.shown_reason = job_reason_public(  # type: ignore[attr-defined]
             job=job, reason=job.state_reason or ""
         )

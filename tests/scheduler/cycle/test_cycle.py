@@ -11,7 +11,9 @@ from fleet.services import messaging
 from fleet.services.job_states import Actor, job_transition
 from scheduler.cycle.apply import apply_plan, wait_rows, write_waits
 from scheduler.cycle.config import settings_get
-from scheduler.cycle.runner import estimates_for, plan_for, run_cycle
+from scheduler.cycle.forecast import estimates_for
+from scheduler.cycle.positions import queue_positions
+from scheduler.cycle.runner import plan_for, run_cycle
 from scheduler.cycle.snapshot import build_snapshot
 from scheduler.models import CycleRecord
 from tests.scheduler.cycle.conftest import make_job, make_node, make_running
@@ -56,8 +58,9 @@ def test_places_on_free_gpus_of_up_nodes_only_with_events(
     assert all(s["attempt"] == 1 and len(s["spec"]["gpu_indices"]) == 1 for s in starts)
     assert {q for t, q, _ in sent if t == messaging.START_JOB_TASK} == {"node.sim-a"}
 
-    waiting = Job.objects.filter(state=JobState.PENDING).order_by("queue_position")
-    assert [j.queue_position for j in waiting] == [1, 2]
+    positions = queue_positions()
+    waiting = sorted(Job.objects.filter(state=JobState.PENDING), key=lambda j: positions[j.pk])
+    assert [positions[j.pk] for j in waiting] == [1, 2] and len(positions) == 2
     assert {j.pk for j in waiting} <= {j.pk for j in jobs}
     # The priority policy reserves GPUs for the first in line; the second waits behind it.
     assert waiting[0].state_reason.startswith("first in line: GPUs ")
@@ -147,7 +150,8 @@ def test_waits_are_written_only_for_jobs_still_pending(
     assert write_waits(rows) == 1
     waiting.refresh_from_db()
     held.refresh_from_db()
-    assert waiting.state == JobState.PENDING and waiting.queue_position == 1
+    # Positions are not kept on the rows (scheduler.cycle.positions).
+    assert waiting.state == JobState.PENDING and waiting.queue_position is None
     assert waiting.state_reason.endswith("reserved for it")  # when: the ETA, not the reason
     assert waiting.eta is not None
     assert (held.state, held.state_reason, held.queue_position) == ("held", "my hold", None)

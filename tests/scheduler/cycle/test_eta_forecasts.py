@@ -14,7 +14,7 @@ from django.utils import timezone
 
 from fleet.models import Job, JobState
 from fleet.services.job_states import Actor, job_transition
-from scheduler.cycle import eta_learning, runner
+from scheduler.cycle import eta_learning, forecast
 from scheduler.cycle.config import settings_update
 from scheduler.cycle.lock import redis_client
 from scheduler.cycle.runner import run_cycle
@@ -71,7 +71,7 @@ def test_between_forecasts_the_stored_forecast_stays_and_a_new_job_is_forecast_a
     assert "eta_ms" not in CycleRecord.objects.latest("id").timings
     second.refresh_from_db()
     assert second.eta is None
-    run_cycle(now=timezone.now() + timedelta(seconds=runner.NEW_JOB_FORECAST_GAP_S + 1))
+    run_cycle(now=timezone.now() + timedelta(seconds=forecast.NEW_JOB_FORECAST_GAP_S + 1))
     assert "eta_ms" in CycleRecord.objects.latest("id").timings
     assert _eta(second) == pytest.approx(now + 3600 + 600, abs=5)
     assert _eta(first) == pytest.approx(now + 3600, abs=5)

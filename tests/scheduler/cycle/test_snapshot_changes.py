@@ -18,6 +18,7 @@ from fleet.services.jobs import job_cancel
 from fleet.services.nodes import node_drain
 from scheduler.cycle import snapshot_rows
 from scheduler.cycle.apply import write_waits
+from scheduler.cycle.positions import queue_positions
 from scheduler.cycle.runner import run_cycle
 from scheduler.cycle.snapshot import build_snapshot
 from scheduler.cycle.snapshot_rows import KEPT
@@ -168,7 +169,8 @@ def test_the_waits_a_cycle_writes_are_kept_and_the_next_snapshot_reads_no_row_ag
         for j in Job.objects.filter(pk__in=[w.pk for w in waiting])
     }
     assert snap.waits == stored
-    assert sorted(p for _, p, _ in stored.values()) == [1, 2, 3]
+    assert all(p is None for _, p, _ in stored.values())  # positions: scheduler.cycle.positions
+    assert sorted(queue_positions().values()) == [1, 2, 3]
 
 
 def test_a_wait_is_not_written_over_a_row_changed_since_the_snapshot(owner: Any, team: Any) -> None:
