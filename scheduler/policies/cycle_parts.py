@@ -4,12 +4,15 @@ when a walk can stop early."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
-from scheduler.core.model import FULL_COMPUTE, Member, PendingJob
+from scheduler.core.model import FULL_COMPUTE, Member, PendingJob, TeamState
 from scheduler.core.placement import Choice, FreeCapacity
+
+_EPS = 1e-9  # as scheduler.core.quota
 
 
 class HeldReservation:
@@ -114,15 +117,12 @@ class QueueRest:
         share = np.fromiter([bool(j.gpus or j.gpu_equivalent > 1e-6) for j in jobs], bool, n)
         return cls(per_node, limits, share)
 
-    def next_start(
+    def may_start(
         self, i: int, largest: int, partial: bool, short: tuple[float, float, int] | None
-    ) -> int:
-        """The first position from i on whose job needs at most `largest` GPUs, or is a
-        fraction while `partial`, or, with `short` = (now, start, room), ends by `start`
-        when started at `now` and needs at most `room` GPUs or is a fraction; `size` when
-        none."""
-        if i >= self.size:
-            return self.size
+    ) -> np.ndarray:
+        """Over the positions from i on: whether the job needs at most `largest` GPUs, or
+        is a fraction while `partial`, or, with `short` = (now, start, room), ends by
+        `start` when started at `now` and needs at most `room` GPUs or is a fraction."""
         need, fraction = self._need[i:], self._fraction[i:]
         mask = need <= largest
         if partial:
@@ -132,8 +132,33 @@ class QueueRest:
             if self._short is None or self._short[:2] != (now, start):
                 self._short = (now, start, now + self._limits <= start)
             mask |= self._short[2][i:] & (fraction | (need <= room))
-        k = int(mask.argmax())
-        return i + k if mask[k] else self.size
+        return mask
+
+
+class GuaranteeTest:
+    """Which jobs of a queue keep their team within its guaranteed GPUs if added to what
+    the team uses now (QuotaLedger.within_guarantee, the same float operations), over
+    positions at once. Use only grows during a walk, so a job outside its guarantee stays
+    outside: it cannot reclaim GPUs later in the walk either."""
+
+    def __init__(self, jobs: Sequence[PendingJob], teams: Mapping[str, TeamState]) -> None:
+        index: dict[str, int] = {}
+        n = len(jobs)
+        self._codes = np.fromiter((index.setdefault(j.team, len(index)) for j in jobs), np.int64, n)
+        self._amounts = np.fromiter((j.gpu_equivalent for j in jobs), float, n)
+        self._teams = list(index)
+        self._bounds = np.array([_guarantee(teams, t) + _EPS for t in self._teams] or [0.0], float)
+
+    def within(self, i: int, usage: Mapping[str, float]) -> np.ndarray:
+        """Over the positions from i on, with the teams' present use."""
+        used = np.array([usage.get(t, 0.0) for t in self._teams] or [0.0], float)
+        codes = self._codes[i:]
+        return used[codes] + self._amounts[i:] <= self._bounds[codes]
+
+
+def _guarantee(teams: Mapping[str, TeamState], slug: str) -> int:
+    team = teams.get(slug)
+    return team.guaranteed_gpus if team is not None else 0
 
 
 def per_node_need(job: PendingJob) -> int:

@@ -6,10 +6,15 @@ from __future__ import annotations
 from collections.abc import Callable, Sequence
 from typing import Any
 
+import numpy as np
+
 from scheduler.core.model import PendingJob, Snapshot
 from scheduler.core.placement import FreeCapacity
 from scheduler.core.quota import QuotaLedger
-from scheduler.policies.cycle_parts import HeldReservation, QueueRest
+from scheduler.policies.cycle_parts import GuaranteeTest, HeldReservation, QueueRest
+
+# Jobs found ahead that, considered, only waited, before the walk looks ahead again.
+_STALE = 8
 
 
 class QueueWalk:
@@ -34,18 +39,24 @@ class QueueWalk:
     _blocked_by: int | None
     _reclaim_on: bool
     _qos_on: bool
+    _max_preempts: int
+    places: list[Any]
+    preempts: list[Any]
 
     def consider(self, job: PendingJob) -> bool:
         raise NotImplementedError
 
     def consider_all(self, jobs: Sequence[PendingJob], rest: QueueRest | None = None) -> None:
-        """`consider` each job in order. Once no more reservation can be made and no
-        preemption rule can apply, a job that cannot start now only waits; so the walk
-        goes from one job that might start (it needs no more than the largest free block,
-        or is a fraction while some GPU is partly free, or may use the reservation before
-        it starts) to the next, and the jobs between them are recorded at once, with the
-        same waits `consider` would give them. Free capacity only shrinks during a walk,
-        so a job passed over could not have started later in it either. `rest`: the
+        """`consider` each job in order. Once no more reservation can be made, a job that
+        cannot start now and cannot preempt only waits; so the walk goes from one job that
+        might start (it needs no more than the largest free block, or is a fraction while
+        some GPU is partly free, or may use the reservation before it starts) or might
+        reclaim GPUs (its team stays within its guarantee with it) to the next, and the
+        jobs between them are recorded at once, with the same waits `consider` would give
+        them. Free capacity only shrinks and quota use only grows during a walk, so a job
+        passed over could not have started or reclaimed later in it either; for the same
+        reason the jobs found ahead at one point are a superset of those found later, and
+        are looked for again only once some of them turned out to only wait. `rest`: the
         queue's needs (`QueueRest`) where the caller has them as columns already."""
         jobs = list(jobs)
         may_settle = self._may_settle() if self.fast else False
@@ -53,20 +64,34 @@ class QueueWalk:
             for job in jobs:
                 self.consider(job)
             return
+        reclaim: GuaranteeTest | None = None
+        ahead: list[int] | None = None  # positions still to consider, last first
+        wasted = 0  # jobs of `ahead` considered that only waited
         i, n = 0, len(jobs)
         while i < n:
+            decided = len(self.places) + len(self.preempts)
             self.consider(jobs[i])
             i += 1
             if i == n or not self._settled_now():
                 continue
+            if self._blocked_by is not None:
+                self._wait_rest(jobs[i:])
+                return
             if rest is None:
                 rest = QueueRest.of(jobs)
-            if may_settle is None and not rest.all_share:
-                # A job that asks for no GPU share is within any guarantee: it may reclaim.
-                for job in jobs[i:]:
-                    self.consider(job)
-                return
-            k = self._next_start(rest, i)
+            if may_settle is None:
+                may_settle = True
+                # Reclaiming needs a team within its guarantee: with none guaranteed, a job
+                # that asks for some GPU share keeps no team within zero.
+                if not rest.all_share or self._guarantees():
+                    reclaim = GuaranteeTest(jobs, self.snapshot.teams)
+            if ahead is not None and len(self.places) + len(self.preempts) == decided:
+                wasted += 1
+            if ahead is None or wasted >= _STALE:
+                ahead, wasted = self._ahead(rest, i, reclaim), 0
+            while ahead and ahead[-1] < i:
+                ahead.pop()
+            k = ahead.pop() if ahead else n
             if k == n:
                 self._wait_rest(jobs[i:])
                 return
@@ -75,19 +100,17 @@ class QueueWalk:
                 i = k
 
     def _may_settle(self) -> bool | None:
-        """Whether no preemption rule can apply to any job of this walk; None: only if
-        every one of them asks for some GPU share."""
+        """Whether no preemption rule can apply to any job of this walk (True), some may
+        apply to any job (False), or only reclaiming may, by jobs that keep their team
+        within its guarantee (None)."""
         if not self.preempt or self._blocked_by is not None:
             return True
         if self._qos_on or self.victim_rule is not None:
             return False
-        if not self._reclaim_on:
-            return True
-        # Reclaiming needs a team within its guarantee: none has one, and a job that asks
-        # for some GPU share keeps no team within zero.
-        if any(t.guaranteed_gpus > 0 for t in self.snapshot.teams.values()):
-            return False
-        return None
+        return None if self._reclaim_on else True
+
+    def _guarantees(self) -> bool:
+        return any(t.guaranteed_gpus > 0 for t in self.snapshot.teams.values())
 
     def _settled_now(self) -> bool:
         """Cheap part of the test: blocked, or a reservation made (or none wanted)."""
@@ -97,49 +120,53 @@ class QueueWalk:
             callable(self.reserve_rule) or self.reserve_rule
         )
 
-    def _next_start(self, rest: QueueRest, i: int) -> int:
-        """The first position from i on whose job might start now (given `_settled_now`);
-        the queue's length when none."""
-        if self._blocked_by is not None:
-            return rest.size
+    def _ahead(self, rest: QueueRest, i: int, reclaim: GuaranteeTest | None) -> list[int]:
+        """The positions from i on whose job might start now or reclaim GPUs (given
+        `_settled_now`), last first."""
         largest, _ = self.cap.largest_free_block()
         held = self._reservation
-        partial = self.cap.has_partial()
+        short = None
         if held is not None and not held.empty():
             # A later job may still use the reservation's node if it ends before the
             # reservation starts and fits there with the held GPUs given back: at most the
             # node's whole free GPUs plus the held GPUs that were wholly free.
             room = max(len(self.cap.whole_free(n)) + held.whole_held(n) for n in held.nodes)
-            return rest.next_start(i, largest, partial, (self.now, held.start, room))
-        return rest.next_start(i, largest, partial, None)
+            short = (self.now, held.start, room)
+        mask = rest.may_start(i, largest, self.cap.has_partial(), short)
+        if reclaim is not None and len(self.preempts) < self._max_preempts:
+            mask |= reclaim.within(i, self.quota.team_usage)
+        return (np.flatnonzero(mask)[::-1] + i).tolist()
 
     def _wait_segment(self, jobs: list[PendingJob]) -> None:
         """Record jobs that only wait, ahead of others still to be considered."""
         if (not self.full_plan or not self.explain) and (
             self._blocked_by is not None or not self.blocking
         ):
-            ids = [j.id for j in jobs]
-            seen = self._seen
-            if seen.isdisjoint(ids) and len(set(ids)) == len(ids):
-                seen.update(ids)
-                self.order.extend(ids)
+            if self._order_at_once(jobs):
                 return
         self._wait_each(jobs)
 
     def _wait_rest(self, jobs: list[PendingJob]) -> None:
-        seen = self._seen
         if not self.full_plan and (self._blocked_by is not None or not self.blocking):
             # Nothing of the rest is decided; without Waits it is only marked seen, and
             # only if the policy considers more jobs afterwards.
             self._unmarked.append(jobs)
             return
         if not self.explain and (self._blocked_by is not None or not self.blocking):
-            ids = [j.id for j in jobs]
-            if seen.isdisjoint(ids) and len(set(ids)) == len(ids):
-                seen.update(ids)
-                self.order.extend(ids)
+            if self._order_at_once(jobs):
                 return
         self._wait_each(jobs)
+
+    def _order_at_once(self, jobs: list[PendingJob]) -> bool:
+        """Mark the jobs seen and append them to the order in one step, when none of them
+        was seen and no id repeats (else False, and nothing is marked)."""
+        ids = [j.id for j in jobs]
+        seen = self._seen
+        if seen.isdisjoint(ids) and len(set(ids)) == len(ids):
+            seen.update(ids)
+            self.order.extend(ids)
+            return True
+        return False
 
     def _wait_each(self, jobs: list[PendingJob]) -> None:
         seen = self._seen

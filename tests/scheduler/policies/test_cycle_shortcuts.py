@@ -300,3 +300,42 @@ def test_bookings_do_not_reach_the_shared_nodes(booking, snapshot: Snapshot) -> 
     copies = tuple(replace(n, gpus=tuple(replace(g) for g in n.gpus)) for n in snapshot.nodes)
     fresh = FreeCapacity.from_snapshot(replace(snapshot, nodes=copies))
     assert _capacity_view(again, snapshot) == _capacity_view(fresh, snapshot)
+
+
+def _guarantees_with_one_reclaimer() -> Snapshot:
+    """`_few_fit_far_apart` with team guarantees: vision and nlp use more than theirs, so
+    their jobs cannot reclaim; a speech job at position 30 keeps its team within its
+    guarantee, so it may reclaim GPUs from the borrowers."""
+    snapshot = _few_fit_far_apart()
+    jobs = list(snapshot.pending)
+    jobs[31] = PendingJob(700, "speech", "di", 30.0, 90_000.0, gpus=4)
+    teams = {
+        "vision": TeamState("vision", guaranteed_gpus=4),
+        "nlp": TeamState("nlp", guaranteed_gpus=4),
+        "speech": TeamState("speech", guaranteed_gpus=8),
+    }
+    return replace(snapshot, pending=tuple(jobs), teams=MappingProxyType(teams))
+
+
+@pytest.mark.parametrize("name", ["priority", "backfill"])
+@pytest.mark.parametrize("extra", [{}, {"explain": False}, {"preemption": False}])
+def test_walk_with_guarantees_considers_only_jobs_that_may_start_or_reclaim(
+    name, extra, monkeypatch
+) -> None:
+    snapshot = _with(_guarantees_with_one_reclaimer(), **extra)
+    reference = get_policy(name).schedule(_with(snapshot, fast_paths=False))
+    considered = []
+    original = Cycle.consider
+
+    def spy(self, job):
+        considered.append(job.id)
+        return original(self, job)
+
+    monkeypatch.setattr(Cycle, "consider", spy)
+    assert get_policy(name).schedule(snapshot) == reference
+    assert [p.job_id for p in reference.places] == [120, 145]
+    if extra.get("preemption", True):
+        assert sorted(considered) == [120, 145, 700, 800]
+        assert [p.job_id for p in reference.preempts] == [2]
+    else:
+        assert considered == [800, 120, 145] and not reference.preempts
