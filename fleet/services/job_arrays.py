@@ -24,6 +24,7 @@ from fleet.models.jobs import ACTIVE_STATES, QUEUED_STATES, ActorKind, JobArray
 from fleet.services import messaging
 from fleet.services.access import admin_team_ids
 from fleet.services.job_batches import job_cancel_queued_many
+from fleet.services.job_insert import jobs_insert_with_events
 from fleet.services.job_states import Actor, StaleAttempt, TransitionRefused, job_transition
 from fleet.services.jobs import (
     JobRequest,
@@ -127,19 +128,16 @@ def array_indices(spec: Any) -> list[int]:
     return sorted(seen)
 
 
-def _submitted_events(jobs: list[Job], actor: str) -> list[JobEvent]:
-    return [
-        JobEvent(
-            job_id=job.pk,
-            from_state="",
-            to_state=JobState.PENDING,
-            attempt=0,
-            reason="submitted",
-            actor_kind=ActorKind.USER,
-            actor=actor,
-        )
-        for job in jobs
-    ]
+def _submitted(user: Any) -> JobEvent:
+    """The first event of every job of a bulk submit or an array (its job left unset)."""
+    return JobEvent(
+        from_state="",
+        to_state=JobState.PENDING,
+        attempt=0,
+        reason="submitted",
+        actor_kind=ActorKind.USER,
+        actor=user.get_username(),
+    )
 
 
 def job_array_submit(*, user: Any, request: JobRequest, array: Any) -> tuple[JobArray, list[Job]]:
@@ -155,14 +153,11 @@ def job_array_submit(*, user: Any, request: JobRequest, array: Any) -> tuple[Job
             spec=str(array).strip(),
             task_count=len(indices),
         )
-        jobs = Job.objects.bulk_create(
-            [
-                Job(owner=user, team=team, array=job_array, array_index=index, **values)
-                for index in indices
-            ],
-            batch_size=BATCH,
-        )
-        JobEvent.objects.bulk_create(_submitted_events(jobs, user.get_username()), batch_size=BATCH)
+        jobs = [
+            Job(owner=user, team=team, array=job_array, array_index=index, **values)
+            for index in indices
+        ]
+        jobs_insert_with_events(jobs=jobs, event=_submitted(user), batch=BATCH)
         messaging.request_schedule()
     return job_array, jobs
 
@@ -203,8 +198,7 @@ def jobs_submit_many(*, user: Any, requests: list[JobRequest]) -> list[Job]:
             raise _item_error(index, exc) from exc
         jobs.append(Job(owner=user, team=team, **values))
     with transaction.atomic():
-        jobs = Job.objects.bulk_create(jobs, batch_size=BATCH)
-        JobEvent.objects.bulk_create(_submitted_events(jobs, user.get_username()), batch_size=BATCH)
+        jobs_insert_with_events(jobs=jobs, event=_submitted(user), batch=BATCH)
         messaging.request_schedule()
     return jobs
 

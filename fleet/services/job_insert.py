@@ -8,6 +8,7 @@ two are written by the ORM in a transaction.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from functools import cache
 from typing import Any
 
@@ -69,3 +70,90 @@ def job_insert_with_event(*, job: Job, event: JobEvent) -> None:
         obj._state.adding = False
         obj._state.db = connection.alias
     event.job = job
+
+
+# Column types whose values the ORM passes to the driver as they are, when the value is a
+# plain int, str, bool or None (an enum member or anything else takes the field's own
+# preparation).
+_PLAIN_COLUMNS = frozenset(
+    {
+        "BigIntegerField",
+        "BooleanField",
+        "CharField",
+        "ForeignKey",
+        "IntegerField",
+        "PositiveIntegerField",
+        "PositiveSmallIntegerField",
+        "SmallIntegerField",
+        "TextField",
+    }
+)
+_PLAIN_VALUES = (int, str, bool, type(None))
+
+
+def _column(objs: Sequence[Model], field: Field, connection: BaseDatabaseWrapper) -> list[Any]:
+    if field.get_internal_type() in _PLAIN_COLUMNS:
+        values = [getattr(obj, field.attname) for obj in objs]
+        if all(type(v) in _PLAIN_VALUES for v in values):
+            return values
+    return [field.get_db_prep_save(field.pre_save(obj, True), connection) for obj in objs]
+
+
+@cache
+def _many_sql() -> tuple[str, str]:
+    connection = connections[DEFAULT_DB_ALIAS]
+    quote = connection.ops.quote_name
+    job_fields = _insert_fields(Job, frozenset())
+    event_fields = _insert_fields(JobEvent, frozenset({"job"}))
+    arrays = ", ".join(f"%s::{f.db_type(connection)}[]" for f in job_fields)
+    jobs = (
+        f"INSERT INTO {quote(Job._meta.db_table)} "
+        f"({', '.join(quote(f.column) for f in job_fields)}) SELECT * FROM unnest({arrays}) "
+        f"RETURNING {quote(Job._meta.pk.column)}"
+    )
+    job_column = quote(JobEvent._meta.get_field("job").column)
+    events = (
+        f"INSERT INTO {quote(JobEvent._meta.db_table)} "
+        f"({job_column}, {', '.join(quote(f.column) for f in event_fields)}) "
+        f"SELECT job_id, {', '.join(['%s'] * len(event_fields))} "
+        f"FROM unnest(%s::{Job._meta.pk.db_type(connection)}[]) AS job_id"
+    )
+    return jobs, events
+
+
+def jobs_insert_with_events(*, jobs: list[Job], event: JobEvent, batch: int = 2000) -> None:
+    """Write the unsaved `jobs`, each with a first event like the unsaved `event` (its job
+    left unset); the jobs come back saved, with their ids and dates, in their order. Call
+    inside a transaction, with the jobs' fields final.
+
+    On PostgreSQL the rows go as one array per column (`unnest`), so the per-row cost is
+    the driver's, not the ORM's preparation of every field of every row; elsewhere the ORM
+    writes them (`bulk_create`)."""
+    connection = connections[DEFAULT_DB_ALIAS]
+    if connection.vendor != "postgresql":
+        saved = Job.objects.bulk_create(jobs, batch_size=batch)
+        events = []
+        for job in saved:
+            one = JobEvent(
+                job=job, **{f.attname: getattr(event, f.attname) for f in _event_fields()}
+            )
+            events.append(one)
+        JobEvent.objects.bulk_create(events, batch_size=batch)
+        return
+    jobs_sql, events_sql = _many_sql()
+    job_fields = _insert_fields(Job, frozenset())
+    event_params = _row(event, _event_fields(), connection)
+    with connection.cursor() as cursor:
+        for start in range(0, len(jobs), batch):
+            part = jobs[start : start + batch]
+            cursor.execute(jobs_sql, [_column(part, f, connection) for f in job_fields])
+            ids = [row[0] for row in cursor.fetchall()]
+            for obj, pk in zip(part, ids, strict=True):
+                obj.pk = pk
+                obj._state.adding = False
+                obj._state.db = connection.alias
+            cursor.execute(events_sql, [*event_params, ids])
+
+
+def _event_fields() -> tuple[Field, ...]:
+    return _insert_fields(JobEvent, frozenset({"job"}))
