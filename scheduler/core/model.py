@@ -228,6 +228,17 @@ class PendingChanges:
 
 
 @dataclass(frozen=True, slots=True)
+class RunningChanges:
+    """What changed among the running jobs since a driver's previous snapshot, as
+    `PendingChanges` says it of the queue: that snapshot's very `running` tuple, the job
+    objects that started since and those that stopped."""
+
+    before: tuple[RunningJob, ...]
+    added: tuple[RunningJob, ...]
+    removed: tuple[RunningJob, ...]
+
+
+@dataclass(frozen=True, slots=True)
 class Snapshot:
     now: float
     nodes: tuple[NodeState, ...]
@@ -250,6 +261,8 @@ class Snapshot:
     )
     # The queue's changes since the driver's previous snapshot, where it knows them.
     pending_changes: PendingChanges | None = field(default=None, compare=False, repr=False)
+    # The running jobs' changes since the driver's previous snapshot, where it knows them.
+    running_changes: RunningChanges | None = field(default=None, compare=False, repr=False)
 
 
 @dataclass(frozen=True, slots=True)
