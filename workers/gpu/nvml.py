@@ -33,31 +33,26 @@ from __future__ import annotations
 
 import importlib
 import logging
-import math
-import re
 import threading
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
 from typing import Any
 
 from workers.gpu.models import normalize_model
+from workers.gpu.nvml_common import BYTES_PER_MB, GpuLost, gpu_processes, nvml_text
+from workers.gpu.nvml_mig import MigDevice, MigReading
 from workers.gpu.types import (
     GpuBackendError,
     GpuFinding,
     GpuInfo,
-    GpuProcess,
     GpuSample,
     host_boot_id,
 )
 
 logger = logging.getLogger(__name__)
 
-_BYTES_PER_MB = 1024 * 1024
 MAX_XID_FINDINGS = 64  # Xid events kept (and sent again every tick) per agent process
 MAX_EVENTS_PER_TICK = 256  # events drained from the set in one tick; the rest wait
-# Indices kept for the MIG devices of each GPU (NVML allows at most 7 on A100 and H100).
-MIG_SLOTS = 8
 
 # NVML's clock-event (throttle) reason bits, named as operators read them.
 THROTTLE_REASONS: tuple[tuple[int, str], ...] = (
@@ -77,54 +72,7 @@ def throttle_reason_names(mask: int) -> tuple[str, ...]:
     return tuple(name for bit, name in THROTTLE_REASONS if mask & bit)
 
 
-def _text(value: Any) -> str:
-    return value.decode() if isinstance(value, bytes) else str(value)
-
-
-_MIG_NAME = re.compile(r"(?:^|\s)MIG\s+(\S+)")
-
-
-def mig_profile(name: str, attributes: Any, memory_total_mb: int) -> str:
-    """The MIG device's profile as NVIDIA names it ("3g.40gb", "1c.3g.40gb"): from its NVML
-    name ("NVIDIA A100-SXM4-80GB MIG 3g.40gb"), else made from its slice counts and memory
-    (NVIDIA's names round the memory up: a 3g.40gb device has 39.25 GiB)."""
-    named = _MIG_NAME.search(name)
-    if named:
-        return named.group(1)
-    gb = max(1, math.ceil(memory_total_mb / 1024))
-    if attributes is None:
-        return f"{gb}gb"
-    gi, ci = int(attributes.gpuInstanceSliceCount), int(attributes.computeInstanceSliceCount)
-    return f"{ci}c.{gi}g.{gb}gb" if 0 < ci < gi else f"{gi}g.{gb}gb"
-
-
-@dataclass(frozen=True, slots=True)
-class _MigDevice:
-    index: int  # fleet's index on this node
-    parent: int  # NVML index of the GPU it is a slice of
-    slot: int  # its index under the parent (nvmlDeviceGetMigDeviceHandleByIndex)
-    handle: Any
-
-
-def _processes(procs: Any) -> tuple[GpuProcess, ...]:
-    return tuple(
-        GpuProcess(
-            int(p.pid),
-            int(p.usedGpuMemory // _BYTES_PER_MB) if p.usedGpuMemory is not None else None,
-        )
-        for p in procs
-    )
-
-
-class GpuLost(GpuBackendError):
-    """NVML says the GPU is lost: it has fallen off the bus (Xid 79) or stopped answering."""
-
-    def __init__(self, index: int, message: str) -> None:
-        super().__init__(message)
-        self.index = index
-
-
-class NvmlBackend:
+class NvmlBackend(MigReading):
     """Reads the host's GPUs through NVML. Construct once per agent; `close()` shuts NVML
     down. `clock` stamps `sampled_at` (seconds)."""
 
@@ -164,12 +112,12 @@ class NvmlBackend:
         self._xids: list[GpuFinding] = []
         for index, handle in enumerate(self._handles):
             try:
-                self._uuids[index] = _text(self._nvml.nvmlDeviceGetUUID(handle))
+                self._uuids[index] = nvml_text(self._nvml.nvmlDeviceGetUUID(handle))
             except self._nvml.NVMLError as exc:
                 if self._is_lost(exc):
                     self._lost[index] = str(exc)
         self._mig_parents: set[int] = set()  # GPUs in MIG mode: never offered whole
-        self._migs: list[_MigDevice] = []
+        self._migs: list[MigDevice] = []
         self._find_mig_devices()
         self._events = self._event_set()
 
@@ -182,75 +130,6 @@ class NvmlBackend:
     def _code(self, exc: BaseException, name: str) -> bool:
         code = getattr(self._nvml, name, None)
         return code is not None and getattr(exc, "value", None) == code
-
-    def _find_mig_devices(self) -> None:
-        """Find the GPUs in MIG mode and, unless MIG is off, their MIG devices."""
-        nvml = self._nvml
-        if not hasattr(nvml, "nvmlDeviceGetMigMode"):
-            return
-        enabled = getattr(nvml, "NVML_DEVICE_MIG_ENABLE", 1)
-        count = len(self._handles)
-        for parent, handle in enumerate(self._handles):
-            if parent in self._lost:
-                continue
-            try:
-                current = nvml.nvmlDeviceGetMigMode(handle)[0]
-            except nvml.NVMLError as exc:
-                if self._is_lost(exc):
-                    self._lost[parent] = str(exc)
-                elif not self._code(exc, "NVML_ERROR_NOT_SUPPORTED"):
-                    logger.warning("cannot read the MIG mode of GPU %d (%s); it is used whole",
-                                   parent, exc)  # fmt: skip
-                continue  # NOT_SUPPORTED: a GPU without MIG, used whole
-            if current != enabled:
-                continue
-            self._mig_parents.add(parent)
-            if not self._use_mig:
-                logger.warning("GPU %d is in MIG mode and FLEET_MIG=off: it is not offered", parent)
-                continue
-            found = self._mig_slots(parent, handle, count)
-            if found:
-                logger.info("GPU %d is in MIG mode: offered as its MIG devices, indices %s",
-                            parent, [m.index for m in self._migs if m.parent == parent])  # fmt: skip
-            else:
-                logger.warning("GPU %d is in MIG mode but has no MIG devices: it offers nothing "
-                               "until GPU instances are created (docs/mig.md)", parent)  # fmt: skip
-
-    def _mig_slots(self, parent: int, handle: Any, count: int) -> int:
-        nvml = self._nvml
-        try:
-            slots = int(nvml.nvmlDeviceGetMaxMigDeviceCount(handle))
-        except nvml.NVMLError as exc:
-            logger.warning("cannot count the MIG devices of GPU %d: %s", parent, exc)
-            return 0
-        if slots > MIG_SLOTS:
-            logger.warning("GPU %d may have %d MIG devices; fleet offers the first %d",
-                           parent, slots, MIG_SLOTS)  # fmt: skip
-        found = 0
-        for slot in range(min(slots, MIG_SLOTS)):
-            try:
-                mig = nvml.nvmlDeviceGetMigDeviceHandleByIndex(handle, slot)
-            except nvml.NVMLError as exc:
-                if not self._code(exc, "NVML_ERROR_NOT_FOUND"):  # NOT_FOUND: an empty slot
-                    logger.warning("cannot read MIG device %d of GPU %d: %s", slot, parent, exc)
-                continue
-            index = count + parent * MIG_SLOTS + slot
-            try:
-                self._uuids[index] = _text(nvml.nvmlDeviceGetUUID(mig))
-            except nvml.NVMLError as exc:
-                logger.warning("cannot read the UUID of MIG device %d of GPU %d: %s",
-                               slot, parent, exc)  # fmt: skip
-                continue
-            self._migs.append(_MigDevice(index, parent, slot, mig))
-            found += 1
-        return found
-
-    def _targets(self, parent: int) -> list[int]:
-        """The indices a finding on GPU `parent` is reported on: the GPU itself, or each of
-        its MIG devices when it is in MIG mode."""
-        if parent in self._mig_parents:
-            return [m.index for m in self._migs if m.parent == parent]
-        return [parent]
 
     def _is_lost(self, exc: BaseException) -> bool:
         code = getattr(self._nvml, "NVML_ERROR_GPU_IS_LOST", None)
@@ -331,13 +210,17 @@ class NvmlBackend:
                         gpus.append(self._listed[index])
                     continue
                 try:
-                    name = _text(self._required(index, "the name", nvml.nvmlDeviceGetName, handle))
-                    uuid = _text(self._required(index, "the UUID", nvml.nvmlDeviceGetUUID, handle))
+                    name = nvml_text(
+                        self._required(index, "the name", nvml.nvmlDeviceGetName, handle)
+                    )
+                    uuid = nvml_text(
+                        self._required(index, "the UUID", nvml.nvmlDeviceGetUUID, handle)
+                    )
                     memory = self._required(index, "memory", nvml.nvmlDeviceGetMemoryInfo, handle)
                 except GpuLost as exc:
                     self._lost[index] = str(exc.__cause__ or exc)
                     continue
-                total_mb = int(memory.total // _BYTES_PER_MB)
+                total_mb = int(memory.total // BYTES_PER_MB)
                 info = GpuInfo(index, uuid, name, normalize_model(name, total_mb), total_mb)
                 self._listed[index] = info
                 gpus.append(info)
@@ -350,39 +233,6 @@ class NvmlBackend:
                 if mig.index in self._listed:
                     gpus.append(self._listed[mig.index])
         return gpus
-
-    def _mig_info(self, mig: _MigDevice) -> GpuInfo:
-        nvml = self._nvml
-        parent = self._handles[mig.parent]
-        parent_name = _text(self._required(mig.parent, "the name", nvml.nvmlDeviceGetName, parent))
-        # The whole board's memory, where NVML tells it (in MIG mode it may ask for privileges).
-        board = self._optional(mig.parent, "memory", nvml.nvmlDeviceGetMemoryInfo, parent)
-        name = _text(self._required(mig.index, "the name", nvml.nvmlDeviceGetName, mig.handle))
-        uuid = _text(self._required(mig.index, "the UUID", nvml.nvmlDeviceGetUUID, mig.handle))
-        memory = self._required(mig.index, "memory", nvml.nvmlDeviceGetMemoryInfo, mig.handle)
-        total_mb = int(memory.total // _BYTES_PER_MB)
-        attributes = getattr(nvml, "nvmlDeviceGetAttributes", None)
-        attrs = None
-        if attributes is not None:
-            try:
-                attrs = self._optional(mig.index, "MIG slices", attributes, mig.handle)
-            except GpuLost:
-                raise
-            except GpuBackendError as exc:
-                logger.warning("%s", exc)
-        profile = mig_profile(name, attrs, total_mb)
-        board_mb = int(board.total // _BYTES_PER_MB) if board is not None else None
-        model = f"{normalize_model(parent_name, board_mb)} MIG {profile}"
-        return GpuInfo(
-            mig.index,
-            uuid,
-            name,
-            model,
-            total_mb,
-            mig_parent=mig.parent,
-            mig_profile=profile,
-            compute_slices=int(attrs.computeInstanceSliceCount) if attrs is not None else None,
-        )
 
     def sample(self) -> list[GpuSample]:
         """One reading per GPU; a lost GPU has none (it is reported by `health()`)."""
@@ -463,7 +313,7 @@ class NvmlBackend:
             if not event.eventType & nvml.nvmlEventTypeXidCriticalError:
                 continue
             try:
-                uuid = _text(nvml.nvmlDeviceGetUUID(event.device))
+                uuid = nvml_text(nvml.nvmlDeviceGetUUID(event.device))
             except nvml.NVMLError:
                 uuid = ""
             index = by_uuid.get(uuid, -1)
@@ -482,7 +332,7 @@ class NvmlBackend:
     def _sample_one(self, index: int, handle: Any) -> GpuSample:
         nvml = self._nvml
         opt = self._optional
-        uuid = _text(self._required(index, "the UUID", nvml.nvmlDeviceGetUUID, handle))
+        uuid = nvml_text(self._required(index, "the UUID", nvml.nvmlDeviceGetUUID, handle))
         memory = self._required(index, "memory", nvml.nvmlDeviceGetMemoryInfo, handle)
         rates = opt(index, "utilisation", nvml.nvmlDeviceGetUtilizationRates, handle)
         board = self._board(index, handle)
@@ -502,43 +352,15 @@ class NvmlBackend:
             uuid=uuid,
             util_percent=float(rates.gpu) if rates is not None else None,
             memory_util_percent=float(rates.memory) if rates is not None else None,
-            memory_used_mb=int(memory.used // _BYTES_PER_MB),
-            memory_total_mb=int(memory.total // _BYTES_PER_MB),
+            memory_used_mb=int(memory.used // BYTES_PER_MB),
+            memory_total_mb=int(memory.total // BYTES_PER_MB),
             power_w=power_mw / 1000.0 if power_mw is not None else None,
             power_limit_w=limit_mw / 1000.0 if limit_mw is not None else None,
             ecc_errors=int(ecc) if ecc is not None else None,
             xid_errors=None,
-            processes=_processes(procs),
+            processes=gpu_processes(procs),
             sampled_at=self._clock(),
             **board,
-        )
-
-    def _sample_mig(self, mig: _MigDevice) -> GpuSample:
-        """One reading of a MIG device: its own memory and processes; utilisation where NVML
-        gives it per instance (it does not today: None, unknown); the board's temperature,
-        clocks, fan and throttle reasons, which the slice shares; no power or ECC count,
-        which belong to the whole board."""
-        nvml = self._nvml
-        opt = self._optional
-        handle = mig.handle
-        uuid = _text(self._required(mig.index, "the UUID", nvml.nvmlDeviceGetUUID, handle))
-        memory = self._required(mig.index, "memory", nvml.nvmlDeviceGetMemoryInfo, handle)
-        rates = opt(mig.index, "utilisation", nvml.nvmlDeviceGetUtilizationRates, handle)
-        procs = opt(mig.index, "processes", nvml.nvmlDeviceGetComputeRunningProcesses, handle)
-        return GpuSample(
-            index=mig.index,
-            uuid=uuid,
-            util_percent=float(rates.gpu) if rates is not None else None,
-            memory_util_percent=float(rates.memory) if rates is not None else None,
-            memory_used_mb=int(memory.used // _BYTES_PER_MB),
-            memory_total_mb=int(memory.total // _BYTES_PER_MB),
-            power_w=None,
-            power_limit_w=None,
-            ecc_errors=None,
-            xid_errors=None,
-            processes=_processes(procs or []),
-            sampled_at=self._clock(),
-            **self._board(mig.parent, self._handles[mig.parent]),
         )
 
     def _board(self, index: int, handle: Any) -> dict[str, Any]:

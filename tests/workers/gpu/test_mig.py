@@ -10,7 +10,7 @@ import pytest
 from tests.workers.gpu import fake_pynvml
 from tests.workers.gpu.fake_pynvml import FakeDevice, FakeMigDevice
 from workers.gpu import NvmlBackend, normalize_model, select_backend
-from workers.gpu.nvml import MIG_SLOTS, mig_profile
+from workers.gpu.nvml_mig import MIG_SLOTS, mig_profile
 
 
 def _slice(uuid, used_mb=0, procs=()):
