@@ -94,11 +94,15 @@ class TeamUsage(models.Model):
 
 
 class QueueOrder(models.Model):
-    """One row (pk 1): the ids of the waiting jobs in the order of the last cycle, from which
-    pages and the API read queue positions (scheduler.cycle.positions)."""
+    """One row (pk 1): the jobs still waiting after the last cycle, in the active policy's
+    order, and why each waits; pages and the API read queue positions and wait reasons from
+    it (scheduler.cycle.queue_order)."""
 
     job_ids = models.JSONField(default=list)
-    # A new value on every write: readers keep the order they parsed while it is the same.
+    # The distinct wait reasons, and for each job of `job_ids` the index of its own.
+    reasons = models.JSONField(default=list)
+    reason_of = models.JSONField(default=list)
+    # A new value on every write: readers keep what they parsed while it is the same.
     token = models.UUIDField(default=uuid4)
     written_at = models.DateTimeField()
 

@@ -14,7 +14,7 @@ from fleet.selectors.checkpoints import attempt_resumed
 from fleet.selectors.jobs import job_members, job_state_reason
 from fleet.services.access import can_manage_job, can_see_command
 from scheduler.cycle.eta_learning import band_for, current_calibration
-from scheduler.cycle.positions import queue_positions
+from scheduler.cycle.queue_order import QueueWaits, queue_waits
 
 
 class JobMemberSerializer(serializers.ModelSerializer):
@@ -69,8 +69,15 @@ class JobOutputSerializer(serializers.ModelSerializer):
     def _user(self) -> Any:
         return self.context["request"].user
 
+    def _waits(self) -> QueueWaits:
+        """The stored queue order: read once per response, not once per job."""
+        waits = self.context.get("queue_waits")
+        if waits is None:
+            waits = self.context["queue_waits"] = queue_waits()
+        return waits
+
     def get_state_reason(self, job: Job) -> str:
-        return job_state_reason(job=job, fetched_by=self._user())
+        return job_state_reason(job=job, fetched_by=self._user(), waits=self._waits())
 
     # The scheduling cycle writes these for pending jobs; other states show none.
     def get_pending_reason(self, job: Job) -> str | None:
@@ -81,10 +88,7 @@ class JobOutputSerializer(serializers.ModelSerializer):
     def get_queue_position(self, job: Job) -> int | None:
         if job.state != JobState.PENDING:
             return None
-        positions = self.context.get("queue_positions")
-        if positions is None:  # read once per response, not once per job
-            positions = self.context["queue_positions"] = queue_positions()
-        return positions.get(job.pk)
+        return self._waits().position(job.pk)
 
     @extend_schema_field(serializers.DateTimeField(allow_null=True))
     def get_eta(self, job: Job) -> str | None:

@@ -15,6 +15,7 @@ from fleet.models import Job
 from fleet.models.jobs import QUEUED_STATES, JobState
 from fleet.selectors.jobs import job_state_reason
 from fleet.services.access import can_manage_job, can_see_command
+from scheduler.cycle.queue_order import NO_WAITS
 
 _DATETIME = serializers.DateTimeField()
 
@@ -29,7 +30,8 @@ def job_submitted(job: Job, user: Any) -> dict[str, Any] | None:
     if job.state not in QUEUED_STATES or job.attempt or job.eta is not None:
         return None
     pending = job.state == JobState.PENDING
-    state_reason = job_state_reason(job=job, fetched_by=user)
+    # Just submitted: no cycle has seen it yet, so no stored wait to read.
+    state_reason = job_state_reason(job=job, fetched_by=user, waits=NO_WAITS)
     sees_command = can_see_command(user, job)
     manages = can_manage_job(user, job)
     return {

@@ -8,8 +8,9 @@ from typing import Any
 from django.db.models import Prefetch, QuerySet
 
 from fleet.errors import NotFound
-from fleet.models import Job, JobEvent, JobMember
+from fleet.models import Job, JobEvent, JobMember, JobState
 from fleet.services.access import can_see_command
+from scheduler.cycle.queue_order import QueueWaits, queue_waits
 
 HIDDEN = "[hidden]"
 # A file path in a reason (an agent's start error names the working directory it could not
@@ -65,5 +66,13 @@ def job_reason_public(*, job: Job, reason: str) -> str:
     return _PATH.sub(HIDDEN, reason)
 
 
-def job_state_reason(*, job: Job, fetched_by: Any) -> str:
-    return job_reason_shown(job=job, reason=job.state_reason or "", fetched_by=fetched_by)
+def job_state_reason(*, job: Job, fetched_by: Any, waits: QueueWaits | None = None) -> str:
+    """Why the job is in its state, as `fetched_by` may see it: for a pending job the last
+    cycle left waiting, the reason that cycle gave (from `waits`, the stored queue order,
+    read when not given; scheduler.cycle.queue_order), else its row's `state_reason`."""
+    reason = job.state_reason or ""
+    if job.state == JobState.PENDING:
+        waiting = (queue_waits() if waits is None else waits).reason(job.pk)
+        if waiting is not None:
+            reason = waiting
+    return job_reason_shown(job=job, reason=reason, fetched_by=fetched_by)

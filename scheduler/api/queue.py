@@ -13,6 +13,7 @@ from fleet.models import Job
 from fleet.selectors.jobs import job_state_reason
 from scheduler.cycle.config import settings_get
 from scheduler.cycle.queries import last_cycle, queue_pending, queue_running
+from scheduler.cycle.queue_order import queue_waits
 
 MAX_LIMIT = 5000
 
@@ -46,7 +47,9 @@ class QueueJobSerializer(serializers.ModelSerializer):
     def get_pending_reason(self, job: Job) -> str | None:
         if job.state != "pending":
             return None
-        reason = job_state_reason(job=job, fetched_by=self.context["request"].user)
+        reason = job_state_reason(
+            job=job, fetched_by=self.context["request"].user, waits=self.context.get("queue_waits")
+        )
         return reason or "waiting for the scheduler's next cycle"
 
 
@@ -87,7 +90,10 @@ class QueueApi(APIView):
         mine = query.validated_data.get("mine", False)
         team = query.validated_data.get("team") or None
         limit = query.validated_data["limit"]
-        count, pending = queue_pending(fetched_by=request.user, mine=mine, team=team, limit=limit)
+        waits = queue_waits()
+        count, pending = queue_pending(
+            fetched_by=request.user, mine=mine, team=team, limit=limit, waits=waits
+        )
         running = queue_running(fetched_by=request.user, mine=mine, team=team)
         cycle = last_cycle()
         data = {
@@ -97,4 +103,5 @@ class QueueApi(APIView):
             "pending": pending,
             "running": list(running),
         }
-        return Response(self.OutputSerializer(data, context={"request": request}).data)
+        context = {"request": request, "queue_waits": waits}
+        return Response(self.OutputSerializer(data, context=context).data)

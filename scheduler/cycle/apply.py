@@ -19,6 +19,7 @@ from datetime import UTC, datetime
 from typing import TypeVar
 
 from django.db import connection, transaction
+from django.db.models import Case, F, When
 from django.utils import timezone
 
 from fleet.errors import Conflict, NotFound
@@ -46,8 +47,6 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 Estimates = dict[int, tuple[int, float | None, str]]
-# (job id, reason, queue position, eta) of a waiting job.
-WaitRow = tuple[int, str, int | None, datetime | None]
 
 
 @dataclass
@@ -269,99 +268,58 @@ def apply_plan(snap: DbSnapshot, plan: Plan) -> Outcome:
     return outcome
 
 
-def waiting_order(estimates: Estimates, outcome: Outcome) -> list[int]:
-    """The jobs still waiting after the cycle, in the policy's order: what the queue
-    positions are read from (scheduler.cycle.positions)."""
+def waiting_order(estimates: Estimates, outcome: Outcome) -> list[tuple[int, str]]:
+    """(job id, reason) of the jobs still waiting after the cycle, in the policy's order:
+    what queue positions and wait reasons are read from (scheduler.cycle.queue_order). A
+    job whose placement was skipped says why."""
     placed = set(outcome.placed)
     ranked = sorted((p[0], job_id) for job_id, p in estimates.items() if job_id not in placed)
-    return [job_id for _, job_id in ranked]
-
-
-def wait_rows(snap: DbSnapshot, estimates: Estimates, outcome: Outcome) -> list[WaitRow]:
-    """(job id, reason, position, eta) for waiting jobs whose stored values differ.
-
-    Positions are not kept on the rows (the order is stored once, see
-    scheduler.cycle.positions): a position a row still holds is cleared. ETAs are kept to
-    whole seconds: an ETA that moves by microseconds is not worth a write."""
-    rows: list[WaitRow] = []
-    placed = set(outcome.placed)
-    stored_waits = snap.waits
-    for job_id, (_, eta, reason) in estimates.items():
-        if job_id in placed:
-            continue
+    waiting = []
+    for _, job_id in ranked:
+        reason = estimates[job_id][2]
         skipped = outcome.skipped.get(job_id)
         if skipped is not None:
             reason = f"{skipped}; the next cycle decides again"
-        reason = reason[:1000]
-        whole = None if eta is None else int(eta)
-        stored = stored_waits.get(job_id)
-        if stored is None or stored[0] != reason or stored[2] != whole or stored[1] is not None:
-            at = None if whole is None else datetime.fromtimestamp(whole, tz=UTC)
-            rows.append((job_id, reason, None, at))
-    return rows
+        waiting.append((job_id, reason[:1000]))
+    return waiting
 
 
-def write_waits(rows: list[WaitRow]) -> int:
-    """Store reason, position and ETA for jobs still pending; `state` is never written."""
-    if not rows:
-        return 0
-    if connection.vendor == "postgresql":
-        return _write_waits_postgres(rows)
-    objs = [
-        Job(id=job_id, state_reason=reason, queue_position=position, eta=eta)
-        for job_id, reason, position, eta in rows
+def clear_stale(snap: DbSnapshot) -> int:
+    """Clear what pending rows hold that is no longer shown: a queue position (positions are
+    read from the stored order, scheduler.cycle.queue_order; one left by an older version)
+    and an ETA already past (the next forecast gives a new one). Returns the rows written.
+
+    Where the snapshot's rows are kept, only rows still as read are written, and their new
+    versions are kept (so the next snapshot does not read them again, and the forecast after
+    this cycle finds them as this cycle left them)."""
+    now = snap.core.now
+    ids = [
+        job_id
+        for job_id, (_, position, eta) in snap.waits.items()
+        if position is not None or (eta is not None and eta < now)
     ]
-    # bulk_update keeps the queryset's filter: jobs no longer pending are left alone.
-    return Job.objects.filter(state=JobState.PENDING).bulk_update(
-        objs, ["state_reason", "queue_position", "eta"], batch_size=500
-    )
-
-
-def _write_waits_postgres(rows: list[WaitRow]) -> int:
-    # One statement over arrays: four parameters, however many rows.
-    ids, reasons, positions, etas = (list(column) for column in zip(*rows, strict=True))
-    versions = wait_versions(ids)
-    if versions is not None:
-        return _write_waits_kept(ids, reasons, positions, etas, versions)
-    with connection.cursor() as cursor:
-        cursor.execute(
-            f"UPDATE {Job._meta.db_table} AS j SET state_reason = v.reason, "
-            "queue_position = v.pos, eta = v.eta "
-            "FROM unnest(%s::bigint[], %s::text[], %s::integer[], %s::timestamptz[]) "
-            "AS v(id, reason, pos, eta) WHERE j.id = v.id AND j.state = %s",
-            [ids, reasons, positions, etas, JobState.PENDING.value],
+    if not ids:
+        return 0
+    past = datetime.fromtimestamp(now, tz=UTC)
+    versions = wait_versions(ids) if connection.vendor == "postgresql" else None
+    if versions is None:
+        return Job.objects.filter(id__in=ids, state=JobState.PENDING).update(
+            queue_position=None, eta=Case(When(eta__lt=past, then=None), default=F("eta"))
         )
-        return cursor.rowcount
-
-
-def _write_waits_kept(
-    ids: list[int],
-    reasons: list[str],
-    positions: list[int | None],
-    etas: list[datetime | None],
-    versions: list[str],
-) -> int:
-    """The wait write where the snapshot's rows are kept between cycles: only to rows still
-    as read (a row changed since is read again by the next snapshot, which decides its wait
-    then), returning the rows' new versions, so the next snapshot does not read again the
-    thousands of rows a forecast rewrites (scheduler.cycle.snapshot_rows)."""
     with connection.cursor() as cursor:
         cursor.execute(
-            f"UPDATE {Job._meta.db_table} AS j SET state_reason = v.reason, "
-            "queue_position = v.pos, eta = v.eta "
-            "FROM unnest(%s::bigint[], %s::text[], %s::integer[], %s::timestamptz[], %s::text[]) "
-            "AS v(id, reason, pos, eta, version) "
+            f"UPDATE {Job._meta.db_table} AS j SET queue_position = NULL, "
+            "eta = CASE WHEN j.eta < %s THEN NULL ELSE j.eta END "
+            "FROM unnest(%s::bigint[], %s::text[]) AS v(id, version) "
             "WHERE j.id = v.id AND j.state = %s AND j.xmin::text = v.version "
-            "RETURNING j.id, j.xmin::text",
-            [ids, reasons, positions, etas, versions, JobState.PENDING.value],
+            "RETURNING j.id, j.xmin::text, j.eta",
+            [past, ids, versions, JobState.PENDING.value],
         )
-        done = dict(cursor.fetchall())
-    written = []
-    for i, job_id in enumerate(ids):
-        version = done.get(job_id)
-        if version is not None:
-            eta = etas[i]
-            at = None if eta is None else eta.timestamp()
-            written.append((job_id, version, reasons[i], positions[i], at))
-    waits_written(written)
+        done = cursor.fetchall()
+    waits_written(
+        [
+            (job_id, version, snap.waits[job_id][0], None, None if eta is None else eta.timestamp())
+            for job_id, version, eta in done
+        ]
+    )
     return len(done)

@@ -18,7 +18,7 @@ from fleet.models.jobs import ACTIVE_STATES
 from fleet.services.jobs import JobRequest, job_validate
 from scheduler.core.eta import what_if
 from scheduler.cycle.admission import pending_job
-from scheduler.cycle.positions import in_queue_order
+from scheduler.cycle.queue_order import QueueWaits, in_queue_order, queue_waits
 from scheduler.cycle.runner import make_policy
 from scheduler.cycle.snapshot import build_snapshot
 from scheduler.models import CycleRecord
@@ -33,15 +33,21 @@ def _scoped(queryset: QuerySet[Job], *, user: Any, mine: bool, team: str | None)
 
 
 def queue_pending(
-    *, fetched_by: Any, mine: bool = False, team: str | None = None, limit: int | None = None
+    *,
+    fetched_by: Any,
+    mine: bool = False,
+    team: str | None = None,
+    limit: int | None = None,
+    waits: QueueWaits | None = None,
 ) -> tuple[int, list[Job]]:
     """How many jobs are pending, and the first `limit` of them (all when None) in the
-    policy's order as of the last cycle, newer ones last; each with `shown_position`, its
-    queue position (None for a job the last cycle did not see)."""
+    policy's order as of the last cycle (`waits`, read when not given), newer ones last;
+    each with `shown_position`, its queue position (None for a job that cycle did not see)."""
     queryset = _scoped(
         Job.objects.filter(state=JobState.PENDING), user=fetched_by, mine=mine, team=team
     )
-    ordered = in_queue_order(queryset.values_list("id", "submitted_at"))
+    waits = queue_waits() if waits is None else waits
+    ordered = in_queue_order(queryset.values_list("id", "submitted_at"), waits)
     count = len(ordered)
     if limit is not None:
         ordered = ordered[:limit]

@@ -1,5 +1,6 @@
-"""The scheduling cycle: lock, snapshot, policy, apply, waits and queue order, record; then,
-outside the lock, the ETA forecast when one is due (scheduler.cycle.forecast).
+"""The scheduling cycle: lock, snapshot, policy, apply, the waiting jobs' order and reasons
+(scheduler.cycle.queue_order), record; then, outside the lock, the ETA forecast when one is
+due (scheduler.cycle.forecast).
 
     from scheduler.cycle.runner import run_cycle
     record = run_cycle()          # None when another cycle holds the lock
@@ -20,11 +21,11 @@ from typing import Any
 from django.utils import timezone
 
 from scheduler.core.model import Plan
-from scheduler.cycle.apply import Outcome, apply_plan, wait_rows, waiting_order, write_waits
+from scheduler.cycle.apply import Outcome, apply_plan, clear_stale, waiting_order
 from scheduler.cycle.eta_learning import learn_starts
 from scheduler.cycle.forecast import Forecast, forecast_after, forecast_due
 from scheduler.cycle.lock import cycle_lock
-from scheduler.cycle.positions import store_order
+from scheduler.cycle.queue_order import store_waits
 from scheduler.cycle.snapshot import DbSnapshot, build_snapshot
 from scheduler.models import DEFAULT_POLICY, CycleRecord
 from scheduler.policies import Policy, get_policy
@@ -119,16 +120,16 @@ def run_cycle_locked(*, now: datetime | None = None) -> tuple[CycleRecord, Forec
     learn_starts(snap.core.now, outcome.placed)
     t3 = perf_counter()
     estimates = plan_estimates(snap, plan)
-    rows = wait_rows(snap, estimates, outcome)
-    written = write_waits(rows)
-    order_written = store_order(waiting_order(estimates, outcome))
+    order_written = store_waits(waiting_order(estimates, outcome))
+    cleared = clear_stale(snap)
     t4 = perf_counter()
     timings = {
         "snapshot_ms": (t1 - t0) * 1000,
         "policy_ms": (t2 - t1) * 1000,
         "apply_ms": (t3 - t2) * 1000,
         "waits_ms": (t4 - t3) * 1000,
-        "waits_written": written,
+        # Job rows the waits wrote: only a position left there or an ETA past, cleared.
+        "waits_written": cleared,
         "order_written": int(order_written),
     }
     record = _record(

@@ -20,6 +20,8 @@ class Migration(migrations.Migration):
                     ),
                 ),
                 ("job_ids", models.JSONField(default=list)),
+                ("reasons", models.JSONField(default=list)),
+                ("reason_of", models.JSONField(default=list)),
                 ("token", models.UUIDField(default=uuid.uuid4)),
                 ("written_at", models.DateTimeField()),
             ],

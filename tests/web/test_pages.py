@@ -12,7 +12,7 @@ from django.utils import timezone
 
 from fleet.models import Job, NodeState
 from fleet.services.job_states import SCHEDULER, Actor, job_transition
-from scheduler.cycle.positions import store_order
+from scheduler.cycle.queue_order import store_waits
 from tests.factories import JobFactory, MembershipFactory
 
 pytestmark = pytest.mark.django_db
@@ -70,13 +70,19 @@ def test_queue_lists_pending_in_policy_order_with_reason_and_eta(
         owner=teammate,
         team=team,
         name="second-submitted",
-        state_reason="waiting for 4 free GPUs on one node",
         eta=eta,
     )
     mine = JobFactory(owner=owner, team=team, name="first-submitted")
     outsider = MembershipFactory(team=other_team, user__username="someone").user
     other = JobFactory(owner=outsider, team=other_team, name="other-team-job")
-    store_order([first.pk, mine.pk, other.pk])  # as the last cycle left them
+    # As the last cycle left them: the order, and why each waits.
+    store_waits(
+        [
+            (first.pk, "waiting for 4 free GPUs on one node"),
+            (mine.pk, "needs 1 GPU"),
+            (other.pk, "needs 1 GPU"),
+        ]
+    )
     html = owner_web.get("/queue/").content.decode()
     assert (
         html.index("second-submitted")

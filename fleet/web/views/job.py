@@ -21,7 +21,7 @@ from fleet.services.access import can_manage_job, can_see_command
 from fleet.web import live, sources
 from fleet.web.access import member_required
 from scheduler.cycle.eta_learning import band_for, current_calibration
-from scheduler.cycle.positions import queue_positions
+from scheduler.cycle.queue_order import queue_waits
 
 # Which buttons make sense in which state (the state machine has the final word).
 ACTIONS: dict[str, tuple[str, ...]] = {
@@ -68,14 +68,12 @@ def job_context(request: HttpRequest, job: Job) -> dict[str, Any]:
     band = None
     if job.state == "pending" and job.eta is not None:
         band = band_for(job.eta, timezone.now(), current_calibration())
-    position = None
-    if job.state == "pending":
-        position = queue_positions([job.pk]).get(job.pk)
+    waits = queue_waits() if job.state == "pending" else None
     return {
         "job": job,
-        "queue_position": position,
+        "queue_position": None if waits is None else waits.position(job.pk),
         "eta_band": band,
-        "reason": job_state_reason(job=job, fetched_by=request.user),
+        "reason": job_state_reason(job=job, fetched_by=request.user, waits=waits),
         "events": events,
         "ignored": [e for e in events if not e.applied],
         "timeline": timeline(job, events, timezone.now()),

@@ -17,7 +17,7 @@ from fleet.selectors.jobs import job_list, job_reason_public
 from fleet.services.access import team_ids
 from fleet.web import live, sources
 from fleet.web.access import member_required
-from scheduler.cycle.positions import in_queue_order
+from scheduler.cycle.queue_order import in_queue_order, queue_waits
 
 PER_PAGE = 50
 SCOPES = ("all", "team", "mine")
@@ -35,7 +35,8 @@ def queue_context(request: HttpRequest, scope: str) -> dict[str, Any]:
     jobs = scoped(job_list(fetched_by=request.user), request.user, scope)
     waiting = jobs.filter(state=JobState.PENDING)
     # The order the last cycle stored; jobs it has not seen yet follow, oldest first.
-    ordered = in_queue_order(waiting.values_list("id", "submitted_at"))
+    waits = queue_waits()
+    ordered = in_queue_order(waiting.values_list("id", "submitted_at"), waits)
     pending = Paginator(ordered, PER_PAGE).get_page(request.GET.get("page"))
     found = waiting.in_bulk([job_id for job_id, _ in pending])
     start = (pending.number - 1) * PER_PAGE
@@ -51,8 +52,9 @@ def queue_context(request: HttpRequest, scope: str) -> dict[str, Any]:
     held = list(jobs.filter(state=JobState.HELD).order_by("submitted_at")[:PER_PAGE])
     # Rendered once for every viewer: reasons as anyone outside the job's team may see them.
     for job in [*(job for _, job in rows), *held]:
+        reason = waits.reason(job.pk) if job.state == JobState.PENDING else None
         job.shown_reason = job_reason_public(  # type: ignore[attr-defined]
-            job=job, reason=job.state_reason or ""
+            job=job, reason=job.state_reason or "" if reason is None else reason
         )
     return {
         "scope": scope,

@@ -7,12 +7,13 @@ import pytest
 from django.utils import timezone
 
 from fleet.models import Job, JobEvent, JobState, Node
+from fleet.selectors.jobs import job_state_reason
 from fleet.services import messaging
 from fleet.services.job_states import Actor, job_transition
-from scheduler.cycle.apply import apply_plan, wait_rows, write_waits
+from scheduler.cycle.apply import apply_plan, waiting_order
 from scheduler.cycle.config import settings_get
 from scheduler.cycle.forecast import estimates_for
-from scheduler.cycle.positions import queue_positions
+from scheduler.cycle.queue_order import queue_waits, store_waits
 from scheduler.cycle.runner import plan_for, run_cycle
 from scheduler.cycle.snapshot import build_snapshot
 from scheduler.models import CycleRecord
@@ -58,15 +59,18 @@ def test_places_on_free_gpus_of_up_nodes_only_with_events(
     assert all(s["attempt"] == 1 and len(s["spec"]["gpu_indices"]) == 1 for s in starts)
     assert {q for t, q, _ in sent if t == messaging.START_JOB_TASK} == {"node.sim-a"}
 
-    positions = queue_positions()
-    waiting = sorted(Job.objects.filter(state=JobState.PENDING), key=lambda j: positions[j.pk])
-    assert [positions[j.pk] for j in waiting] == [1, 2] and len(positions) == 2
+    waits = queue_waits()
+    waiting = sorted(
+        Job.objects.filter(state=JobState.PENDING), key=lambda j: waits.positions[j.pk]
+    )
+    assert [waits.position(j.pk) for j in waiting] == [1, 2] and len(waits.ids) == 2
     assert {j.pk for j in waiting} <= {j.pk for j in jobs}
     # The priority policy reserves GPUs for the first in line; the second waits behind it.
-    assert waiting[0].state_reason.startswith("first in line: GPUs ")
+    reasons = [job_state_reason(job=j, fetched_by=owner) for j in waiting]
+    assert reasons[0].startswith("first in line: GPUs ")
     assert waiting[0].eta is not None
-    assert waiting[1].state_reason.startswith("needs 1 GPU on one node; no suitable GPU is free")
-    assert f"reserved for job {waiting[0].pk}" in waiting[1].state_reason
+    assert reasons[1].startswith("needs 1 GPU on one node; no suitable GPU is free")
+    assert f"reserved for job {waiting[0].pk}" in reasons[1]
 
 
 def test_a_gang_of_four_goes_to_one_node(owner: Any, team: Any, sent: list[Any]) -> None:
@@ -95,7 +99,8 @@ def test_fractional_jobs_share_a_gpu(owner: Any, team: Any, sent: list[Any]) -> 
     assert placed[0].node_id == placed[1].node_id
     third = next(j for j in states.values() if j.state == JobState.PENDING)
     # 2 x 30000 MB of 81920 MB leaves 21920 MB: the third waits for one to end.
-    assert third.state_reason.startswith("first in line: GPUs 0 on sim-a are reserved")
+    reason = job_state_reason(job=third, fetched_by=owner)
+    assert reason.startswith("first in line: GPUs 0 on sim-a are reserved")
 
 
 def test_a_decision_whose_job_changed_since_the_snapshot_is_skipped(
@@ -146,19 +151,24 @@ def test_waits_are_written_only_for_jobs_still_pending(
     policy, plan, _ = plan_for(snap)
     assert plan.places == ()
     job_transition(job_id=held.pk, action="hold", actor=Actor.user(owner), reason="my hold")
-    rows = wait_rows(snap, estimates_for(snap, policy, plan), apply_plan(snap, plan))
-    assert write_waits(rows) == 1
+    assert store_waits(waiting_order(estimates_for(snap, policy, plan), apply_plan(snap, plan)))
     waiting.refresh_from_db()
     held.refresh_from_db()
-    # Positions are not kept on the rows (scheduler.cycle.positions).
+    # The stored order (scheduler.cycle.queue_order) still lists the held job; only what
+    # is pending now shows its wait.
     assert waiting.state == JobState.PENDING and waiting.queue_position is None
-    assert waiting.state_reason.endswith("reserved for it")  # when: the ETA, not the reason
-    assert waiting.eta is not None
-    assert (held.state, held.state_reason, held.queue_position) == ("held", "my hold", None)
-    # Nothing changed, so the next cycle writes nothing.
-    snap = build_snapshot()
-    policy, plan, _ = plan_for(snap)
-    assert wait_rows(snap, estimates_for(snap, policy, plan), apply_plan(snap, plan)) == []
+    reason = job_state_reason(job=waiting, fetched_by=owner)
+    assert reason.endswith("reserved for it")  # when: the ETA, not the reason
+    assert (held.state, held.state_reason) == ("held", "my hold")
+    assert job_state_reason(job=held, fetched_by=owner) == "my hold"
+    # The next cycle stores the order without the held job; one more, with nothing
+    # changed, stores nothing.
+    for wrote in (True, False):
+        snap = build_snapshot()
+        policy, plan, _ = plan_for(snap)
+        estimates = estimates_for(snap, policy, plan)
+        assert store_waits(waiting_order(estimates, apply_plan(snap, plan))) is wrote
+    assert queue_waits().ids == (waiting.pk,)
 
 
 def test_preemption_requeues_a_borrowers_job_for_a_team_under_its_guarantee(

@@ -17,8 +17,8 @@ from fleet.services.job_states import SCHEDULER, job_transition
 from fleet.services.jobs import job_cancel
 from fleet.services.nodes import node_drain
 from scheduler.cycle import snapshot_rows
-from scheduler.cycle.apply import write_waits
-from scheduler.cycle.positions import queue_positions
+from scheduler.cycle.apply import clear_stale
+from scheduler.cycle.queue_order import queue_waits
 from scheduler.cycle.runner import run_cycle
 from scheduler.cycle.snapshot import build_snapshot
 from scheduler.cycle.snapshot_rows import KEPT
@@ -161,7 +161,8 @@ def test_the_waits_a_cycle_writes_are_kept_and_the_next_snapshot_reads_no_row_ag
     make_running(owner, team, Node.objects.get(name="sim-a"), [0])
     waiting = [make_job(owner, team, gpus=1) for _ in range(3)]
     record = run_cycle()
-    assert record is not None and record.timings["waits_written"] == 3
+    # The forecast after the first cycle wrote every ETA, fenced on the rows' versions.
+    assert record is not None and record.timings["etas_written"] == 3
     snap = build_snapshot(save_usage=False)
     assert (KEPT.last, KEPT.fetched) == ("changes", 0)
     stored = {
@@ -169,24 +170,25 @@ def test_the_waits_a_cycle_writes_are_kept_and_the_next_snapshot_reads_no_row_ag
         for j in Job.objects.filter(pk__in=[w.pk for w in waiting])
     }
     assert snap.waits == stored
-    assert all(p is None for _, p, _ in stored.values())  # positions: scheduler.cycle.positions
-    assert sorted(queue_positions().values()) == [1, 2, 3]
+    assert all(p is None for _, p, _ in stored.values())  # read from the stored order
+    assert sorted(queue_waits().positions.values()) == [1, 2, 3]
 
 
 def test_a_wait_is_not_written_over_a_row_changed_since_the_snapshot(owner: Any, team: Any) -> None:
     make_node("sim-a", 1)
     make_running(owner, team, Node.objects.get(name="sim-a"), [0])
-    edited, other = make_job(owner, team, gpus=1), make_job(owner, team, gpus=1)
+    # Positions an older version left on the rows, which a cycle clears.
+    edited = make_job(owner, team, gpus=1, queue_position=1)
+    other = make_job(owner, team, gpus=1, queue_position=2)
     snap = build_snapshot(save_usage=False)
     Job.objects.filter(pk=edited.pk).update(priority=9, state_reason="edited meanwhile")
-    rows = [(edited.pk, "from the cycle", 1, None), (other.pk, "from the cycle", 2, None)]
-    assert write_waits(rows) == 1
-    assert Job.objects.get(pk=edited.pk).state_reason == "edited meanwhile"
-    assert Job.objects.get(pk=other.pk).state_reason == "from the cycle"
+    assert clear_stale(snap) == 1
+    assert Job.objects.get(pk=edited.pk).queue_position == 1
+    assert Job.objects.get(pk=other.pk).queue_position is None
     snap = build_snapshot(save_usage=False)
     assert (KEPT.last, KEPT.fetched) == ("changes", 1)
     assert _pending(snap.core)[edited.pk].priority == 9
-    assert snap.waits[other.pk][:2] == ("from the cycle", 2)
+    assert snap.waits[other.pk][1] is None and snap.waits[edited.pk][1] == 1
 
 
 def test_a_gpu_added_or_changed_and_a_job_ending_show_on_the_node(owner: Any, team: Any) -> None:
