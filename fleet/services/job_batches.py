@@ -1,10 +1,10 @@
 """Batched transitions: many jobs moved by one statement each, with the same
 compare-and-swap per row as `fleet.services.job_states.job_transition`.
 
-- `job_dispatch_many`: placements (pending -> assigned), one UPDATE for all on PostgreSQL
+- `job_dispatch_starts`: placements (pending -> assigned), one UPDATE for all on PostgreSQL
   (`UPDATE ... FROM unnest(...)`, fenced on state and attempt per row), with their events
-  and member rows; `job_dispatch_starts`, the same returning only what the starts need
-  (the scheduling cycle's);
+  and member rows, returning what the starts of the jobs that moved need (the scheduling
+  cycle's dispatch);
 - `job_cancel_queued_many`: a whole job array's queued tasks cancelled at once.
 """
 
@@ -41,30 +41,6 @@ class Dispatch:
     members: tuple[tuple[int, tuple[int, ...]], ...] = ()
 
 
-def job_dispatch_many(*, dispatches: list[Dispatch], actor: Actor) -> list[Job]:
-    """Apply many `dispatch` transitions (pending -> assigned) at once and return the jobs
-    that moved, with their nodes loaded.
-
-    The same compare-and-swap as `job_transition`, with the expected state and attempt taken
-    from the decision instead of read first: one UPDATE per job, one INSERT for all events
-    and one SELECT for the results. A job that is no longer pending on that attempt is left
-    alone and is absent from the result. Every job that moves gets its member rows (rank 0
-    on its own node, then one per further node), in the same INSERT for all. Call inside a
-    transaction.
-    """
-    moved, ports, _ = _dispatch(dispatches, actor)
-    jobs = list(
-        Job.objects.select_related("node", "owner", "team", "array").filter(
-            id__in=[d.job_id for d in moved]
-        )
-    )
-    for job in jobs:
-        job.previous_state = S.PENDING
-        job.previous_attempt = job.attempt - 1
-        job.dispatched_master_port = ports[job.pk]  # type: ignore[attr-defined]
-    return jobs
-
-
 # What a start needs of each job that moved (fleet.services.dispatch.StartJob), read as values.
 _START_FIELDS = (
     "id", "name", "command", "env", "workdir", "time_limit", "gpus", "gpu_memory_mb",
@@ -74,10 +50,16 @@ _START_FIELDS = (
 
 
 def job_dispatch_starts(*, dispatches: list[Dispatch], actor: Actor) -> list[Start]:
-    """`job_dispatch_many`, returning instead of model objects what the starts of the jobs
-    that moved need (in the order of `dispatches`): one SELECT of their columns as values
-    and one of their nodes' names and addresses. Call inside a transaction, and send the
-    starts on its commit (`fleet.services.dispatch.send_starts_on_commit`)."""
+    """Apply many `dispatch` transitions (pending -> assigned) at once and return what the
+    starts of the jobs that moved need, in the order of `dispatches`.
+
+    The same compare-and-swap as `job_transition`, with the expected state and attempt taken
+    from the decision instead of read first: a job that is no longer pending on that attempt
+    is left alone and gets no start. Every job that moves gets its event and its member rows
+    (rank 0 on its own node, then one per further node). The starts are read with one SELECT
+    of the jobs' columns as values and one of their nodes' names and addresses, no model
+    objects. Call inside a transaction, and send the starts on its commit
+    (`fleet.services.dispatch.send_starts_on_commit`)."""
     from fleet.services.dispatch import Share, Start, StartJob
 
     moved, ports, now = _dispatch(dispatches, actor)
@@ -116,7 +98,7 @@ def job_dispatch_starts(*, dispatches: list[Dispatch], actor: Actor) -> list[Sta
 def _dispatch(
     dispatches: list[Dispatch], actor: Actor
 ) -> tuple[list[Dispatch], dict[int, int], datetime]:
-    """The writes of `job_dispatch_many`: the dispatches that moved, rank 0's port of each
+    """The writes of `job_dispatch_starts`: the dispatches that moved, rank 0's port of each
     by job id, and the time written as their assignment."""
     transition = TRANSITIONS["dispatch"]
     now = timezone.now()

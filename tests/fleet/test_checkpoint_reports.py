@@ -16,7 +16,7 @@ from django.test.utils import CaptureQueriesContext
 from fleet import tasks
 from fleet.models import Job, JobEvent, Node
 from fleet.services.agents import agent_register, node_key_create
-from fleet.services.job_batches import Dispatch, job_dispatch_many
+from fleet.services.job_batches import Dispatch, job_dispatch_starts
 from fleet.services.job_reports import job_report_apply
 from fleet.services.job_states import SCHEDULER, Actor, job_transition
 from tests.factories import GpuFactory, JobFactory
@@ -180,13 +180,14 @@ def test_each_member_of_a_multi_node_attempt_says_how_it_started(
             GpuFactory(node=host, index=i, model="A100-80GB", memory_mb=81920)
         hosts.append(host)
     job: Any = JobFactory(owner=owner, team=team, gpus=8, gpus_per_node=4)
-    (job,) = job_dispatch_many(
+    (start,) = job_dispatch_starts(
         dispatches=[
             Dispatch(job.pk, 0, hosts[0].pk, (0, 1, 2, 3), "test",
                      members=((hosts[1].pk, (0, 1, 2, 3)),))
         ],
         actor=SCHEDULER,
     )  # fmt: skip
+    assert start.job.id == job.pk and start.job.attempt == 1
 
     job_report_apply(node=hosts[1], job_id=job.pk, attempt=1, state="running", pid=9,
                      resumed=True)  # fmt: skip

@@ -12,7 +12,7 @@ import pytest
 
 from fleet.models import Job, JobMember, Node
 from fleet.services.agents import agent_register, node_key_create
-from fleet.services.job_batches import Dispatch, job_dispatch_many
+from fleet.services.job_batches import Dispatch, job_dispatch_starts
 from fleet.services.job_reports import job_report_apply
 from fleet.services.job_states import SCHEDULER
 from fleet.services.telemetry_logs import log_chunk_store
@@ -142,7 +142,7 @@ def test_the_database_refuses_gpus_that_are_not_a_multiple_of_gpus_per_node(
 
 def _dispatch_gang(owner: Any, team: Any, hosts: list[Node]) -> Job:
     job: Any = JobFactory(owner=owner, team=team, gpus=8, gpus_per_node=4)
-    (moved,) = job_dispatch_many(
+    (start,) = job_dispatch_starts(
         dispatches=[
             Dispatch(
                 job.pk, 0, hosts[0].pk, (0, 1, 2, 3), "test", members=((hosts[2].pk, (0, 1, 2, 3)),)
@@ -150,7 +150,7 @@ def _dispatch_gang(owner: Any, team: Any, hosts: list[Node]) -> Job:
         ],
         actor=SCHEDULER,
     )
-    return moved
+    return Job.objects.get(pk=start.job.id)
 
 
 def test_the_detail_shows_every_member(

@@ -130,8 +130,8 @@ def test_unknown_job_is_not_found() -> None:
         job_transition(job_id=999999, action="hold", actor=SCHEDULER)
 
 
-def test_dispatch_many_moves_only_jobs_still_pending_on_the_decided_attempt() -> None:
-    from fleet.services.job_batches import Dispatch, job_dispatch_many
+def test_dispatch_starts_moves_only_jobs_still_pending_on_the_decided_attempt() -> None:
+    from fleet.services.job_batches import Dispatch, job_dispatch_starts
 
     fresh, held, stale = (
         _job_in(JobState.PENDING),
@@ -139,7 +139,7 @@ def test_dispatch_many_moves_only_jobs_still_pending_on_the_decided_attempt() ->
         _job_in(JobState.PENDING),
     )
     node = NodeFactory()
-    moved = job_dispatch_many(
+    moved = job_dispatch_starts(
         dispatches=[
             Dispatch(fresh.id, 1, node.id, (0, 1), "placed on n"),
             Dispatch(held.id, 1, node.id, (2,), "placed on n"),
@@ -147,8 +147,8 @@ def test_dispatch_many_moves_only_jobs_still_pending_on_the_decided_attempt() ->
         ],
         actor=SCHEDULER,
     )
-    assert [j.id for j in moved] == [fresh.id]
-    job = moved[0]
+    assert [s.job.id for s in moved] == [fresh.id]
+    job = Job.objects.select_related("node").get(id=fresh.id)
     assert (job.state, job.attempt, job.node, job.gpu_indices) == ("assigned", 2, node, [0, 1])
     assert job.assigned_at is not None
     event = JobEvent.objects.get(job=fresh)

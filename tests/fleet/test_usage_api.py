@@ -185,7 +185,7 @@ def test_host_cpu_and_memory_hours_of_a_requeued_gang(
 ) -> None:
     """A two-node gang holds its CPUs and memory on each node; a requeue ends one attempt
     and the next counts again. Totals equal the sum over attempts, per node."""
-    from fleet.services.job_batches import Dispatch, job_dispatch_many
+    from fleet.services.job_batches import Dispatch, job_dispatch_starts
     from fleet.services.job_reports import job_report_apply
 
     a, b = fleet_nodes
@@ -197,7 +197,7 @@ def test_host_cpu_and_memory_hours_of_a_requeued_gang(
         with time_machine.travel(at, tick=False):
             job = Job.objects.get(pk=gang.pk)
             members = ((b.pk, (0, 1)),)
-            job_dispatch_many(
+            job_dispatch_starts(
                 dispatches=[Dispatch(job.pk, job.attempt, a.pk, (0, 1), "test", members=members)],
                 actor=SCHEDULER,
             )

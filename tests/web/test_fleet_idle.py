@@ -15,7 +15,7 @@ from django.utils import timezone
 
 from fleet.models import Job
 from fleet.models.notifications import JobIdle
-from fleet.services.job_batches import Dispatch, job_dispatch_many
+from fleet.services.job_batches import Dispatch, job_dispatch_starts
 from fleet.services.job_reports import job_report_apply
 from fleet.services.job_states import SCHEDULER, SYSTEM, Actor, job_transition
 from fleet.web.tiles import idle_for
@@ -52,7 +52,7 @@ def test_idle_gang_shows_a_badge_on_every_tile_and_old_marks_do_not(
 ) -> None:
     a, b = fleet_nodes
     gang: Any = JobFactory(owner=owner, team=team, name="gang", gpus=4, gpus_per_node=2)
-    job_dispatch_many(
+    job_dispatch_starts(
         dispatches=[Dispatch(gang.pk, 0, a.pk, (0, 1), "test", members=((b.pk, (0, 1)),))],
         actor=SCHEDULER,
     )
