@@ -23,9 +23,9 @@ from typing import Any
 
 from workers.executor import Executor, ExecutorError, JobKey, Supervisor
 from workers.executor.accounts import JobAccounts
+from workers.executor.attempts import private_dir
 from workers.executor.cgroups import Enforcement
 from workers.executor.checkpoints import DEFAULT_RETENTION_S, CheckpointStore
-from workers.executor.launcher import private_dir
 from workers.executor.spec import spec_from_start
 from workers.host import HostShape
 from workers.lease import DEFAULT_LEASE_S, Lease

@@ -11,8 +11,9 @@ Pure code (no Django, no Celery); the agent's Celery tasks call it. Typical use:
     supervisor.preempt(7, 1)
 """
 
+from workers.executor.attempts import LOST
 from workers.executor.attribution import pid_to_job
-from workers.executor.launcher import LOST, Executor
+from workers.executor.launcher import Executor
 from workers.executor.logs import read_log
 from workers.executor.spec import ExecutorError, JobKey, JobSpec, job_environment
 from workers.executor.supervisor import Supervisor

@@ -2,7 +2,7 @@
 
 Each attempt gets a directory under `state_dir` holding `record.json` (who runs, since
 when, with what limits) and, once the job has ended, `status.json` written by the shim
-(see `workers.executor.shim`). A restarted agent builds an `Executor` on the same
+(`workers.executor.attempts` reads and writes them). A restarted agent builds an `Executor` on the same
 `state_dir` and finds every attempt the previous one started: still running, ended while
 the agent was away, or lost.
 
@@ -24,7 +24,6 @@ from __future__ import annotations
 import json
 import logging
 import os
-import re
 import select
 import shutil
 import signal
@@ -33,13 +32,23 @@ import sys
 import tempfile
 import time
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-import psutil
-
 from workers.executor.accounts import Account, JobAccounts, own_account
+from workers.executor.attempts import (
+    Handle,
+    abandon,
+    create_time,
+    dir_name,
+    exit_status,
+    handle_from_record,
+    pid_from_shim,
+    private_dir,
+    record_write,
+    records_read,
+    stop_cause,
+)
 from workers.executor.cgroups import (
     Enforcement,
     job_cgroup_create,
@@ -59,47 +68,6 @@ logger = logging.getLogger(__name__)
 
 SHIM_PATH = str(Path(__file__).with_name("shim.py"))
 SHIM_START_TIMEOUT_S = 10.0
-LOST = "lost"  # exit_status() when neither the job nor its shim can tell how it ended
-
-
-@dataclass
-class Handle:
-    """One attempt the executor knows about."""
-
-    spec: JobSpec
-    pid: int
-    shim_pid: int
-    started_at: float
-    attempt_dir: str
-    shim_create_time: float | None = None
-    shim: subprocess.Popen[bytes] | None = None  # None for attempts adopted after a restart
-    scratch: str | None = None  # the per-attempt working directory fleet made, if any
-    cgroup: str | None = None  # the attempt's own cgroup (workers.executor.cgroups), if any
-    checkpoint_dir: str | None = None  # FLEET_CHECKPOINT_DIR, kept across attempts
-    resumed: bool | None = None  # whether it held anything at the start (None: no store)
-
-    @property
-    def pgid(self) -> int:
-        return self.pid  # the job runs in its own session
-
-
-def _dir_name(key: JobKey) -> str:
-    job_id, attempt = key
-    return re.sub(r"[^A-Za-z0-9_.-]", "_", f"{job_id}.{attempt}")
-
-
-def _pid_from_shim(attempt_dir: Path) -> int:
-    try:
-        return int((attempt_dir / "job.pid").read_text())
-    except (OSError, ValueError):
-        return 0
-
-
-def _create_time(pid: int) -> float | None:
-    try:
-        return psutil.Process(pid).create_time()
-    except psutil.Error:
-        return None
 
 
 class Executor:
@@ -179,7 +147,7 @@ class Executor:
             except ExecutorError as exc:
                 raise ExecutorError(f"cannot start job {spec.job_id}: {exc}") from exc
             checkpoint_dir = str(self.checkpoints.path(spec.team, spec.job_id))
-        attempt_dir = self.state_dir / _dir_name(spec.key)
+        attempt_dir = self.state_dir / dir_name(spec.key)
         if attempt_dir.exists():
             shutil.rmtree(attempt_dir)
         attempt_dir.mkdir(mode=0o700, parents=True)
@@ -227,14 +195,14 @@ class Executor:
             )
         # A record before the pid is known: an agent that dies while the shim starts the job
         # leaves its successor enough to adopt the job (or stop it), never an unknown orphan.
-        self._write_record(
+        record_write(
             Handle(
                 spec=spec,
                 pid=0,
                 shim_pid=shim.pid,
                 started_at=self.clock(),
                 attempt_dir=str(attempt_dir),
-                shim_create_time=_create_time(shim.pid),
+                shim_create_time=create_time(shim.pid),
                 scratch=scratch,
                 cgroup=cgroup,
                 checkpoint_dir=checkpoint_dir,
@@ -258,14 +226,14 @@ class Executor:
             shim_pid=shim.pid,
             started_at=self.clock(),
             attempt_dir=str(attempt_dir),
-            shim_create_time=_create_time(shim.pid),
+            shim_create_time=create_time(shim.pid),
             shim=shim,
             scratch=scratch,
             cgroup=cgroup,
             checkpoint_dir=checkpoint_dir,
             resumed=resumed,
         )
-        self._write_record(handle)
+        record_write(handle)
         self.handles[spec.key] = handle
         self._simulate_load(handle)
         return pid
@@ -277,7 +245,7 @@ class Executor:
             if not self.scratch_dir.exists():
                 self.scratch_dir.mkdir(parents=True)
                 self.scratch_dir.chmod(0o711)
-            path = tempfile.mkdtemp(prefix=_dir_name(spec.key) + "-", dir=self.scratch_dir)
+            path = tempfile.mkdtemp(prefix=dir_name(spec.key) + "-", dir=self.scratch_dir)
             if account is not None:
                 os.chown(path, account.uid, account.gid)
         except OSError as exc:
@@ -296,7 +264,7 @@ class Executor:
         try:
             return str(
                 job_cgroup_create(
-                    root, _dir_name(spec.key), cpus=spec.cpus, memory_mb=spec.memory_mb
+                    root, dir_name(spec.key), cpus=spec.cpus, memory_mb=spec.memory_mb
                 )
             )
         except OSError as exc:
@@ -337,116 +305,33 @@ class Executor:
         shim.stdout.close()
         return buf.decode(errors="replace").splitlines()[0] if buf else ""
 
-    def _write_record(self, handle: Handle) -> None:
-        spec = asdict(handle.spec)
-        # The job's environment may hold secrets; keep only the simulated-load declaration,
-        # which a restarted agent needs to keep simulating the job.
-        spec["env"] = {k: v for k, v in spec["env"].items() if k.startswith("FLEET_SIM_")}
-        record = {
-            "spec": spec,
-            "pid": handle.pid,
-            "shim_pid": handle.shim_pid,
-            "shim_create_time": handle.shim_create_time,
-            "started_at": handle.started_at,
-            "scratch": handle.scratch,
-            "cgroup": handle.cgroup,
-            "checkpoint_dir": handle.checkpoint_dir,
-            "resumed": handle.resumed,
-        }
-        path = Path(handle.attempt_dir) / "record.json"
-        tmp = path.with_suffix(".tmp")
-        tmp.write_text(json.dumps(record))
-        os.replace(tmp, path)
-
     def _adopt(self) -> None:
-        for record_path in sorted(self.state_dir.glob("*/record.json")):
-            try:
-                record = json.loads(record_path.read_text())
-                spec = JobSpec.from_record(record["spec"])
-            except (OSError, ValueError, KeyError, TypeError) as exc:
-                logger.warning("ignoring unreadable attempt record %s: %s", record_path, exc)
-                continue
-            pid = record["pid"] or _pid_from_shim(record_path.parent)
+        """Find the attempts an earlier agent on this `state_dir` started."""
+        for attempt_dir, record, spec in records_read(self.state_dir):
+            pid = record["pid"] or pid_from_shim(attempt_dir)
             if not pid:
-                self._abandon(record_path.parent, record)
+                abandon(attempt_dir, record)
                 continue
-            handle = Handle(
-                spec=spec,
-                pid=pid,
-                shim_pid=record["shim_pid"],
-                started_at=record["started_at"],
-                attempt_dir=str(record_path.parent),
-                shim_create_time=record.get("shim_create_time"),
-                scratch=record.get("scratch"),
-                cgroup=record.get("cgroup"),
-                checkpoint_dir=record.get("checkpoint_dir"),
-                resumed=record.get("resumed"),
-            )
+            handle = handle_from_record(attempt_dir, record, spec, pid)
             self.handles[spec.key] = handle
             if self.exit_status(spec.key) is None:
                 self._simulate_load(handle)
-
-    def _abandon(self, attempt_dir: Path, record: dict[str, Any]) -> None:
-        """An attempt whose shim never said it started the job: stop the shim, drop the
-        attempt. Its start was never confirmed, so the control side takes it back."""
-        shim_pid = int(record.get("shim_pid") or 0)
-        created = record.get("shim_create_time")
-        if shim_pid > 0 and created is not None and _create_time(shim_pid) == created:
-            try:
-                os.kill(shim_pid, signal.SIGKILL)
-            except ProcessLookupError:
-                pass
-        logger.warning("dropped attempt %s: its job never started", attempt_dir.name)
-        if record.get("cgroup"):
-            job_cgroup_remove(record["cgroup"])
-        shutil.rmtree(attempt_dir, ignore_errors=True)
 
     # -- state ------------------------------------------------------------------------------
 
     def exit_status(self, key: JobKey) -> int | str | None:
         """None while the job runs; its return code once it has ended (negative: killed
         by that signal); LOST when its shim vanished without saying."""
-        handle = self.handles[key]
-        status_path = Path(handle.attempt_dir) / "status.json"
-        if status_path.exists():
-            try:
-                code = json.loads(status_path.read_text())["returncode"]
-            except (OSError, ValueError, KeyError):
-                return LOST
-            return LOST if code is None else int(code)
-        if self._shim_alive(handle):
-            return None
-        # The shim writes the status before exiting; look once more to close that race.
-        return self.exit_status(key) if status_path.exists() else LOST
+        return exit_status(self.handles[key])
 
     def stop_cause(self, key: JobKey) -> str | None:
         """Why the shim stopped an ended attempt on its own ("lease"), or None."""
-        handle = self.handles.get(key)
-        if handle is None:
-            return None
-        try:
-            status = json.loads((Path(handle.attempt_dir) / "status.json").read_text())
-        except (OSError, ValueError):
-            return None
-        cause = status.get("cause") if isinstance(status, dict) else None
-        return str(cause) if cause else None
+        return stop_cause(self.handles.get(key))
 
     def memory_killed(self, key: JobKey) -> bool:
         """Whether the kernel killed a process of the attempt at its cgroup's memory limit."""
         handle = self.handles.get(key)
         return bool(handle and handle.cgroup and oom_kills(handle.cgroup))
-
-    @staticmethod
-    def _shim_alive(handle: Handle) -> bool:
-        if handle.shim is not None:
-            return handle.shim.poll() is None
-        try:
-            proc = psutil.Process(handle.shim_pid)
-            alive = proc.status() != psutil.STATUS_ZOMBIE
-        except psutil.Error:
-            return False
-        created = handle.shim_create_time
-        return alive and (created is None or abs(proc.create_time() - created) < 1.0)
 
     def signal_group(self, key: JobKey, sig: signal.Signals) -> bool:
         """Send `sig` to the job's process group; False when the group is already gone."""
@@ -489,9 +374,3 @@ class Executor:
         # A copy first: the supervisor's thread adds and forgets attempts meanwhile.
         handles = list(self.handles.values())
         return [(h.spec.team, h.spec.job_id) for h in handles if h.checkpoint_dir]
-
-
-def private_dir(path: Path) -> None:
-    """Make `path` (and its parents) if missing, and make it 0700 even if it existed."""
-    path.mkdir(mode=0o700, parents=True, exist_ok=True)
-    path.chmod(0o700)

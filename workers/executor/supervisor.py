@@ -27,8 +27,9 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from workers.executor.attempts import LOST
 from workers.executor.attribution import pid_to_job
-from workers.executor.launcher import LOST, Executor
+from workers.executor.launcher import Executor
 from workers.executor.spec import JobKey, JobSpec
 
 logger = logging.getLogger(__name__)
