@@ -15,7 +15,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from scheduler.core.model import RunningJob, Snapshot, TeamState
+from scheduler.core.model import RunningChanges, RunningJob, Snapshot, TeamState
 
 _EPS = 1e-9
 
@@ -52,7 +52,7 @@ class QuotaLedger:
         """The ledger of the snapshot's running jobs; with `carried`, from the totals kept
         since the last call, updated by job object (the same numbers: see RunningTotals)."""
         if carried:
-            totals = _RUNNING.sync(snapshot.running)
+            totals = _RUNNING.sync(snapshot.running, snapshot.running_changes)
             if totals is not None:
                 ledger = cls(snapshot.teams, ())
                 ledger.team_usage, ledger.user_usage, ledger.cpu_usage, ledger.memory_usage = totals
@@ -165,13 +165,17 @@ class RunningTotals:
     """What running jobs hold per team and per user, kept across cycles by job object.
 
     `sync` adds the jobs new since the last call and takes off those gone, then hands out
-    copies (None where the ledger must be summed afresh). A sum of floats depends on the order of its terms unless every term is a whole
-    number: while some running job holds a fraction (compute share not a whole GPU), or
+    copies (None where the ledger must be summed afresh). Where the snapshot says which
+    jobs started and stopped since the running jobs of the last call
+    (`Snapshot.running_changes`), only those are looked at; otherwise the lists are compared.
+    A sum of floats depends on the order of its terms unless every term is a whole number:
+    while some running job holds a fraction (compute share not a whole GPU), or
     one object is listed twice, it answers None and the ledger is summed afresh.
     """
 
     def __init__(self) -> None:
         self.rebuilds = 0  # syncs that kept no job (for tests and benches)
+        self.changes_used = 0  # syncs answered from the snapshot's running_changes
         self._reset()
 
     def _reset(self) -> None:
@@ -180,8 +184,23 @@ class RunningTotals:
         self._count: dict[Any, int] = {}  # jobs per team and per (team, user)
         self._inexact = 0  # jobs whose GPU equivalent is not a whole number
         self._built = False  # whether the totals hold the jobs of _jobs
+        # The running jobs the totals were last brought up to (held, so its identity stays
+        # its own).
+        self._synced: tuple[RunningJob, ...] | None = None
 
-    def sync(self, running: tuple[RunningJob, ...]) -> Totals | None:
+    def sync(
+        self, running: tuple[RunningJob, ...], changes: RunningChanges | None = None
+    ) -> Totals | None:
+        synced, self._synced = self._synced, None
+        if (
+            changes is not None
+            and synced is not None
+            and changes.before is synced
+            and self._apply(running, changes)
+        ):
+            self._synced = running
+            self.changes_used += 1
+            return self._totals()
         now = dict(zip(map(id, running), running, strict=True))
         jobs = self._jobs
         if len(now) != len(running):
@@ -205,6 +224,30 @@ class RunningTotals:
         for k in now.keys() - jobs.keys():
             self._add(now[k], 1)
         self._jobs = now
+        self._synced = running
+        return self._totals()
+
+    def _apply(self, running: tuple[RunningJob, ...], changes: RunningChanges) -> bool:
+        """Take off the jobs that stopped and add those that started, when the changes are
+        consistent with the jobs held and the new list (else nothing is touched)."""
+        jobs, removed, added = self._jobs, changes.removed, changes.added
+        if not self._built or len(running) != len(jobs) - len(removed) + len(added):
+            return False
+        gone = [id(j) for j in removed]
+        pairs = zip(gone, removed, strict=True)
+        if len(set(gone)) != len(gone) or any(jobs.get(k) is not j for k, j in pairs):
+            return False
+        new = [id(j) for j in added]
+        if len(set(new)) != len(new) or any(k in jobs for k in new):
+            return False
+        for k in gone:
+            self._add(jobs.pop(k), -1)
+        for k, job in zip(new, added, strict=True):
+            jobs[k] = job
+            self._add(job, 1)
+        return True
+
+    def _totals(self) -> Totals | None:
         if self._inexact:
             return None
         ledger = self._ledger

@@ -103,7 +103,7 @@ class ReleaseTimeline:
         them the plain way: when none of the jobs of the last call is left (a driver that
         builds new objects every cycle would pay for a rebuild every cycle) or one object
         is listed twice. Built on the first call that finds jobs of the last one."""
-        now_jobs = {id(r): r for r in running}
+        now_jobs = dict(zip(map(id, running), running, strict=True))
         jobs = self._jobs
         if len(now_jobs) != len(running):
             self._jobs, self._gpus, self._sorted, self._built = {}, {}, [], False
@@ -118,12 +118,10 @@ class ReleaseTimeline:
         if not self._built:
             jobs = {}
             self._built = True
-        for k, r in jobs.items():
-            if now_jobs.get(k) is not r:
-                self._apply(r, -1, touched)
-        for k, r in now_jobs.items():
-            if jobs.get(k) is not r:
-                self._apply(r, 1, touched)
+        for k in jobs.keys() - now_jobs.keys():
+            self._apply(jobs[k], -1, touched)
+        for k in now_jobs.keys() - jobs.keys():
+            self._apply(now_jobs[k], 1, touched)
         self._jobs = now_jobs
         self._resort(touched)
         return True

@@ -5,7 +5,7 @@ summarizes recent finished jobs (`Snapshot.service_distribution` and
 from __future__ import annotations
 
 import math
-from bisect import insort
+from bisect import bisect_left, insort
 from collections import deque
 
 from scheduler.core.service_distribution import DEFAULT_POINTS, summarize_sorted
@@ -28,7 +28,7 @@ class _Recent:
         insort(self._sorted, value)
         if len(self._recent) > self.window:
             old = self._recent.popleft()
-            del self._sorted[self._sorted.index(old)]
+            del self._sorted[bisect_left(self._sorted, old)]
         self._new += 1
 
     def atoms(self) -> tuple[float, ...]:

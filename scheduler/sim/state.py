@@ -53,7 +53,7 @@ from scheduler.core.usage import DEFAULT_HALF_LIFE
 from scheduler.policies.gavel import SpeedLearner, speed_key
 from scheduler.sim.cluster import ClusterSpec
 from scheduler.sim.jobs import JobSpec
-from scheduler.sim.queue_log import QueueLog
+from scheduler.sim.queue_log import QueueLog, RunLog
 from scheduler.sim.service import ServiceHistory
 from scheduler.sim.transform import never_fits
 from scheduler.sim.usage import TeamUsage
@@ -136,6 +136,7 @@ class SimState:
         self._queue_log = QueueLog()  # what the next snapshot's pending_changes say
         self._sizes: dict[int, int] = {}  # pending count per GPU request (0: fractional)
         self.running: dict[int, RunningJob] = {}
+        self._run_log = RunLog()  # what the next snapshot's running_changes say
         self._nodes: dict[str, NodeState] = {n.name: n for n in cluster.node_states()}
         # Per GPU [free memory, free compute]; per node the count of wholly free GPUs.
         self._free: dict[str, list[list[int]]] = {
@@ -179,6 +180,9 @@ class SimState:
         self.events = 0  # batches of events processed; drivers may skip cycles without news
         self.service = ServiceHistory()  # sizes of finished jobs, for gittins
         self.speeds = SpeedLearner()  # runtimes per job class and GPU model, for gavel
+        # A class needs two models to be in the speed table: on a fleet of one model it
+        # stays empty, so nothing is learned (each change would rebuild it next snapshot).
+        self._learns_speeds = len({g.model for n in self._nodes.values() for g in n.gpus}) > 1
 
     # -- clock and events ------------------------------------------------------------------
 
@@ -398,7 +402,7 @@ class SimState:
         heapq.heappush(self._ends, (run.ends_at, job_id, run.attempt))
         self.usage.change(spec.team, spec.gpu_equivalent, self.now)
         self.busy_gpus += spec.gpu_equivalent
-        self.running[job_id] = RunningJob(
+        job = self.running[job_id] = RunningJob(
             id=job_id,
             team=spec.team,
             user=spec.user,
@@ -423,6 +427,7 @@ class SimState:
             queued_at=spec.submit if run.queued_at is None else run.queued_at,
             checkpointed=spec.checkpointed,
         )
+        self._run_log.joined(job)
         return None
 
     def speed_on(self, spec: JobSpec, members: tuple[Member, ...]) -> float:
@@ -501,7 +506,7 @@ class SimState:
         """What production learns from a finished job: its runtime against its time limit on
         the GPU model it ran on, from jobs that ran in one attempt on one model."""
         spec = run.spec
-        if run.preemptions or not spec.time_limit:
+        if run.preemptions or not spec.time_limit or not self._learns_speeds:
             return
         models = {self._nodes[m.node].gpus[i].model for m in run.members for i in m.gpu_indices}
         if len(models) == 1:
@@ -519,7 +524,7 @@ class SimState:
             self._take(spec, m.node, m.gpu_indices, +1)
         self.usage.change(spec.team, -g, self.now)
         self.busy_gpus -= g
-        del self.running[run.spec.id]
+        self._run_log.left(self.running.pop(run.spec.id))
         run.ends_at = math.inf
 
     def _take(self, spec: JobSpec, node: str, gpu_indices: tuple[int, ...], sign: int) -> None:
@@ -593,12 +598,14 @@ class SimState:
 
     def snapshot(self) -> Snapshot:
         pending = tuple(self.pending.values())
+        running = tuple(self.running.values())
         return Snapshot(
             now=self.now,
             nodes=self.node_states(),
-            running=tuple(self.running.values()),
+            running=running,
             pending=pending,
             pending_changes=self._queue_log.changes(pending),
+            running_changes=self._run_log.changes(running),
             teams=self.usage.states(self.now),
             settings=self._settings,
             service_distribution=self.service.atoms(),

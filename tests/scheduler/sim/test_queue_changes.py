@@ -7,6 +7,7 @@ from dataclasses import replace
 
 import pytest
 
+from scheduler.core import quota
 from scheduler.policies import get_policy, priority
 from scheduler.sim.cluster import parse_cluster
 from scheduler.sim.engine import PolicyDriver, simulate
@@ -75,5 +76,37 @@ def test_a_run_with_the_changes_equals_one_without(jobs, name, guarantees):
     told = simulate(jobs, CLUSTER, PolicyDriver(_Recorder(name)), config)
     assert priority._ROWS.changes_used > used + 50
     plain = simulate(jobs, CLUSTER, PolicyDriver(_Recorder(name, drop_changes=True)), config)
+    assert _outcome(told) == _outcome(plain)
+    assert told.cycles == plain.cycles
+
+
+def test_running_changes_are_the_difference_between_running_lists(jobs):
+    recorder = _Recorder("las")  # preempts: jobs stop before their end
+    simulate(jobs, CLUSTER, PolicyDriver(recorder), SimConfig())
+    snapshots = recorder.snapshots
+    assert snapshots[0].running_changes is None
+    for before, after in zip(snapshots, snapshots[1:], strict=False):
+        changes = after.running_changes
+        assert changes is not None and changes.before is before.running
+        gone = {id(j) for j in changes.removed}
+        assert len(gone) == len(changes.removed)
+        assert gone <= {id(j) for j in before.running}
+        expected = [j for j in before.running if id(j) not in gone] + list(changes.added)
+        assert sorted(map(id, expected)) == sorted(map(id, after.running))
+    assert any(s.running_changes.removed for s in snapshots[1:])
+    assert any(s.running_changes.added for s in snapshots[1:])
+
+
+@pytest.mark.parametrize("name", ["priority", "las"])
+def test_a_run_with_the_running_changes_equals_one_without(jobs, name):
+    class _NoRunningChanges(_Recorder):
+        def schedule(self, snapshot):
+            return super().schedule(replace(snapshot, running_changes=None))
+
+    config = SimConfig(team_guaranteed=equal_guarantees(jobs, CLUSTER.total_gpus))
+    used = quota._RUNNING.changes_used
+    told = simulate(jobs, CLUSTER, PolicyDriver(_Recorder(name)), config)
+    assert quota._RUNNING.changes_used > used + 50
+    plain = simulate(jobs, CLUSTER, PolicyDriver(_NoRunningChanges(name)), config)
     assert _outcome(told) == _outcome(plain)
     assert told.cycles == plain.cycles
