@@ -1,0 +1,63 @@
+"""What holds GPU capacity until when: running jobs and this cycle's placements, as the
+reservation search reads them."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from scheduler.core.model import RunningJob
+from scheduler.core.placement import Members
+
+
+@dataclass(frozen=True, slots=True)
+class Occupant:
+    """Something holding GPU capacity until `end`: a running job or a fresh placement."""
+
+    end: float
+    node: str
+    gpu_indices: tuple[int, ...]
+    gpus: int
+    gpu_memory_mb: int | None = None
+    gpu_compute_percent: int | None = None
+    # Host CPUs and memory it holds on the node.
+    cpus: int = 0
+    memory_mb: int = 0
+
+
+def occupant_of(job: Any, node: str, gpu_indices: tuple[int, ...], end: float) -> Occupant:
+    return Occupant(
+        end,
+        node,
+        gpu_indices,
+        job.gpus,
+        job.gpu_memory_mb,
+        job.gpu_compute_percent,
+        job.cpus,
+        job.memory_mb,
+    )
+
+
+def occupants_of(job: Any, members: Members, end: float) -> list[Occupant]:
+    """One occupant per member of a placement."""
+    return [occupant_of(job, m.node, m.gpu_indices, end) for m in members]
+
+
+# Occupant of each running job seen lately, by (id of the frozen RunningJob, predictions):
+# drivers that keep RunningJob objects across cycles (the simulator) reuse them.
+_OCCUPANTS: dict[tuple[int, bool], tuple[RunningJob, list[Occupant]]] = {}
+_OCCUPANTS_MAX = 1 << 16
+
+
+def running_occupants(running: tuple[RunningJob, ...], *, use_predictions: bool) -> list[Occupant]:
+    if len(_OCCUPANTS) >= _OCCUPANTS_MAX:
+        _OCCUPANTS.clear()
+    out: list[Occupant] = []
+    for r in running:
+        key = (id(r), use_predictions)
+        hit = _OCCUPANTS.get(key)
+        if hit is None or hit[0] is not r:
+            end = r.expected_end if use_predictions else r.limit_end
+            hit = _OCCUPANTS[key] = (r, occupants_of(r, r.allocations, end))
+        out.extend(hit[1])
+    return out

@@ -1,0 +1,221 @@
+"""The release timeline: when each busy GPU is given back, kept across cycles, and the
+reservation search for a one-node whole-GPU job that walks it."""
+
+from __future__ import annotations
+
+import heapq
+import itertools
+import math
+from bisect import bisect_left, insort
+from collections.abc import Iterator
+from typing import Any
+
+from scheduler.core._capacity_index import node_count
+from scheduler.core.model import FULL_COMPUTE, RunningJob
+from scheduler.core.placement import FreeCapacity
+from scheduler.core.reservation.members import host_bound, kind_eligibility
+from scheduler.core.reservation.occupants import Occupant, running_occupants
+from scheduler.core.reservation.sweep import earliest_start
+
+
+class ReleaseTimeline:
+    """When each busy GPU of the running jobs is given back, kept across cycles.
+
+    Per GPU: the last end of its occupants, how many whole-GPU jobs hold it and what its
+    fractions give back; and every GPU's (end, node, index) in one sorted list. `sync`
+    brings it up to a new snapshot's running jobs by identity: a driver that carries its
+    (frozen) RunningJob objects over (the simulator) pays for the jobs that started or
+    ended, one that builds new objects every cycle (production) rebuilds it. A job is
+    never trusted by id alone: an entry counts only while it is the very same object.
+    """
+
+    def __init__(self, use_predictions: bool) -> None:
+        self.use_predictions = use_predictions
+        self._jobs: dict[int, RunningJob] = {}
+        # Per GPU: [last end, whole-GPU holders, fraction memory, fraction compute, ends].
+        self._gpus: dict[tuple[str, int], list[Any]] = {}
+        self._sorted: list[tuple[float, str, int]] = []
+        self._built = False  # whether _gpus and _sorted hold the jobs of _jobs
+        self.rebuilds = 0  # syncs that found none of the jobs of the last (tests, benches)
+
+    def sync(self, running: tuple[RunningJob, ...]) -> bool:
+        """Bring the timeline up to these running jobs; False when the caller should sweep
+        them the plain way: when none of the jobs of the last call is left (a driver that
+        builds new objects every cycle would pay for a rebuild every cycle) or one object
+        is listed twice. Built on the first call that finds jobs of the last one."""
+        now_jobs = dict(zip(map(id, running), running, strict=True))
+        jobs = self._jobs
+        if len(now_jobs) != len(running):
+            self._jobs, self._gpus, self._sorted, self._built = {}, {}, [], False
+            return False
+        # (The objects of the last call are held, so a shared id is a shared object.)
+        if now_jobs.keys().isdisjoint(jobs):
+            if self._built or jobs:
+                self.rebuilds += 1
+            self._jobs, self._gpus, self._sorted, self._built = now_jobs, {}, [], False
+            return not running
+        touched: dict[tuple[str, int], tuple[float, str, int] | None] = {}
+        if not self._built:
+            jobs = {}
+            self._built = True
+        for k in jobs.keys() - now_jobs.keys():
+            self._apply(jobs[k], -1, touched)
+        for k in now_jobs.keys() - jobs.keys():
+            self._apply(now_jobs[k], 1, touched)
+        self._jobs = now_jobs
+        self._resort(touched)
+        return True
+
+    def _apply(self, r: RunningJob, sign: int, touched: dict[tuple[str, int], Any]) -> None:
+        end = r.expected_end if self.use_predictions else r.limit_end
+        gpus = self._gpus
+        for member in r.allocations:
+            for idx in member.gpu_indices:
+                where = (member.node, idx)
+                entry = gpus.get(where)
+                if where not in touched:
+                    touched[where] = None if entry is None else (entry[0], where[0], idx)
+                if entry is None:
+                    entry = gpus[where] = [-math.inf, 0, 0, 0, []]
+                ends: list[float] = entry[4]
+                if sign > 0:
+                    ends.append(end)
+                    if end > entry[0]:
+                        entry[0] = end
+                else:
+                    ends.remove(end)
+                    entry[0] = max(ends, default=-math.inf)
+                if r.gpus:
+                    entry[1] += sign
+                else:
+                    entry[2] += sign * (r.gpu_memory_mb or 0)
+                    entry[3] += sign * (r.gpu_compute_percent or 0)
+                if not ends:
+                    del gpus[where]
+
+    def _resort(self, touched: dict[tuple[str, int], tuple[float, str, int] | None]) -> None:
+        ordered = self._sorted
+        if len(touched) * 8 > len(ordered):
+            self._sorted = sorted((e[0], n, i) for (n, i), e in self._gpus.items())
+            return
+        for where, old in touched.items():
+            if old is not None:
+                del ordered[bisect_left(ordered, old)]
+            entry = self._gpus.get(where)
+            if entry is not None:
+                insort(ordered, (entry[0], where[0], where[1]))
+
+    @staticmethod
+    def handles(job: Any, cap: FreeCapacity) -> bool:
+        """Whether `earliest_start` answers for this job (else use the plain function)."""
+        return bool(job.gpus) and node_count(job) == 1 and not host_bound(job, cap)
+
+    def earliest_start(
+        self, job: Any, cap: FreeCapacity, placed: list[Occupant], now: float
+    ) -> tuple[str, float, tuple[int, ...]] | None:
+        """What `earliest_start(job, cap, running occupants + placed, now)` gives, for a
+        one-node job of whole GPUs that host CPUs and memory do not bind (`handles`);
+        looks only at the releases until the job fits."""
+        eligible = kind_eligibility(job, cap)
+
+        ready: dict[tuple[str, str, int], list[int]] = {}
+        filled: set[str] = set()
+        need = job.gpus
+
+        def fill(node: str) -> list[int]:
+            """Put the node's wholly free eligible GPUs in `ready`; the first of its lists
+            (in GPU order) that holds the job, or []."""
+            filled.add(node)
+            free_now = cap.whole_free(node) if cap.is_schedulable(node) else ()
+            lists: list[list[int]] = []
+            for gpu in cap.node_gpus(node) if free_now else ():
+                if gpu.index in free_now and eligible(node, gpu):
+                    indices = ready.setdefault((node, gpu.model, gpu.memory_mb), [])
+                    if not indices:
+                        lists.append(indices)
+                    indices.append(gpu.index)
+            return next((x for x in lists if len(x) >= need), [])
+
+        # Free now: only a node with that many wholly free GPUs of one kind can hold the
+        # job at once (the others are filled when a release reaches them).
+        for node in cap.nodes_with_whole_free(need):
+            indices = fill(node)
+            if indices:
+                return node, now, tuple(indices[:need])
+        # GPUs the jobs placed in this cycle touch: their totals with those jobs added.
+        extra: dict[tuple[str, int], list[Any]] = {}
+        for occ in placed:
+            for idx in occ.gpu_indices:
+                where = (occ.node, idx)
+                entry = extra.get(where)
+                if entry is None:
+                    base = self._gpus.get(where)
+                    entry = extra[where] = [-math.inf, 0, 0, 0] if base is None else base[:4]
+                if occ.end > entry[0]:
+                    entry[0] = occ.end
+                if occ.gpus:
+                    entry[1] += 1
+                else:
+                    entry[2] += occ.gpu_memory_mb or 0
+                    entry[3] += occ.gpu_compute_percent or 0
+        gpus = self._gpus
+        gpus_of: dict[str, dict[int, Any]] = {}
+        for when, node, idx in self._releases(extra, now):
+            where = (node, idx)
+            totals = extra.get(where) or gpus[where]
+            by_index = gpus_of.get(node)
+            if by_index is None:
+                by_index = gpus_of[node] = cap.gpus_by_index(node)
+            held = by_index.get(idx)
+            if held is None or not eligible(node, held):
+                continue
+            if not totals[1]:
+                mem, comp = cap.free_on(node, idx)
+                if not (comp + totals[3] >= FULL_COMPUTE and mem + totals[2] >= held.memory_mb):
+                    continue
+            if node not in filled:
+                fill(node)
+            indices = ready.setdefault((node, held.model, held.memory_mb), [])
+            indices.append(idx)
+            if len(indices) >= need:
+                return node, when, tuple(sorted(indices[:need]))
+        return None
+
+    def _releases(
+        self, extra: dict[tuple[str, int], list[Any]], now: float
+    ) -> Iterator[tuple[float, str, int]]:
+        """(max(now, end), node, index) of every busy GPU in order, as `_gang_sweep` sorts
+        them: the sorted running list with the GPUs of this cycle's placements replaced."""
+        ordered = self._sorted
+        changed = sorted((e[0], n, i) for (n, i), e in extra.items())
+        cut = bisect_left(ordered, (now,))
+        overdue = [(now, n, i) for _, n, i in ordered[:cut] if (n, i) not in extra]
+        overdue += [(now, n, i) for e, n, i in changed if e < now]
+        overdue.sort()
+        later = (t for t in itertools.islice(ordered, cut, None) if (t[1], t[2]) not in extra)
+        yield from heapq.merge(overdue, later, (t for t in changed if t[0] >= now))
+
+
+_TIMELINES: dict[bool, ReleaseTimeline] = {}
+
+
+def earliest_start_running(
+    job: Any,
+    cap: FreeCapacity,
+    running: tuple[RunningJob, ...],
+    placed: list[Occupant],
+    now: float,
+    *,
+    use_predictions: bool,
+    incremental: bool = True,
+) -> tuple[str, float, tuple[int, ...]] | None:
+    """`earliest_start` over the running jobs' occupants and this cycle's placements; with
+    `incremental`, through the release timeline carried across cycles where it answers."""
+    if incremental and ReleaseTimeline.handles(job, cap):
+        timeline = _TIMELINES.get(use_predictions)
+        if timeline is None:
+            timeline = _TIMELINES[use_predictions] = ReleaseTimeline(use_predictions)
+        if timeline.sync(running):
+            return timeline.earliest_start(job, cap, placed, now)
+    occupants = running_occupants(running, use_predictions=use_predictions)
+    return earliest_start(job, cap, occupants + placed, now)
