@@ -98,13 +98,15 @@ class QueueOrder(models.Model):
     order, and why each waits; pages and the API read queue positions and wait reasons from
     it (scheduler.cycle.queue_order)."""
 
-    job_ids = models.JSONField(default=list)
-    # The distinct wait reasons, and for each job of `job_ids` the index of its own.
+    # The job ids in order, and for each the index of its reason in `reasons` (the distinct
+    # reasons): packed integers (scheduler.cycle.queue_order), a tenth of the time of a JSON
+    # list of 10,000 numbers to write and to read.
+    ids = models.BinaryField(default=bytes)
+    reason_index = models.BinaryField(default=bytes)
     reasons = models.JSONField(default=list)
-    reason_of = models.JSONField(default=list)
     # A new value on every write: readers keep what they parsed while it is the same.
     token = models.UUIDField(default=uuid4)
     written_at = models.DateTimeField()
 
     def __str__(self) -> str:
-        return f"{len(self.job_ids)} waiting jobs, as of {self.written_at}"
+        return f"{len(self.ids) // 8} waiting jobs, as of {self.written_at}"

@@ -7,7 +7,8 @@ position, and a reason names the team's usage and the job GPUs are reserved for,
 change with any burst. Kept on each job row, they cost a row write per waiting job after a
 burst (10,000 rows and 0.4-0.8 s of a cycle that dispatched 842 jobs). The cycle stores
 instead, in one row (`QueueOrder`, pk 1) and only when they changed, the waiting jobs' ids
-in order and their reasons (each distinct reason once): one write of some tens of kilobytes,
+in order and their reasons (each distinct reason once, and per job the index of its own,
+packed as machine integers): one write of about 100 kB for 10,000 jobs (about 10 ms),
 however many jobs moved. Pages and the API read positions and reasons from it
 (`queue_waits`), exact as of that cycle.
 
@@ -23,6 +24,8 @@ leaves the previous cycle's order, which readers show until the next cycle.
 
 from __future__ import annotations
 
+import sys
+from array import array
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -68,6 +71,22 @@ def _parsed(token: UUID, ids: Sequence[int], reasons: Sequence[str]) -> QueueWai
 _last: dict[str, QueueWaits] = {}
 
 
+def _pack(kind: str, values: Sequence[int]) -> bytes:
+    """Integers as little-endian machine words ("q": 64-bit ids, "I": 32-bit indexes)."""
+    packed = array(kind, values)
+    if sys.byteorder != "little":
+        packed.byteswap()
+    return packed.tobytes()
+
+
+def _unpack(kind: str, data: bytes | memoryview | None) -> list[int]:
+    packed = array(kind)
+    packed.frombytes(bytes(data or b""))
+    if sys.byteorder != "little":
+        packed.byteswap()
+    return packed.tolist()
+
+
 def store_waits(waiting: Sequence[tuple[int, str]]) -> bool:
     """Store the waiting jobs (id, reason) in queue order, unless the stored row already
     says the same; whether it wrote. Called by the cycle, under the scheduler lock."""
@@ -82,9 +101,9 @@ def store_waits(waiting: Sequence[tuple[int, str]]) -> bool:
     reason_of = [distinct.setdefault(reason, len(distinct)) for reason in reasons]
     token = uuid4()
     values = {
-        "job_ids": list(ids),
+        "ids": _pack("q", ids),
+        "reason_index": _pack("I", reason_of),
         "reasons": list(distinct),
-        "reason_of": reason_of,
         "token": token,
         "written_at": timezone.now(),
     }
@@ -105,16 +124,17 @@ def queue_waits() -> QueueWaits:
         return kept
     row = (
         QueueOrder.objects.filter(pk=ORDER_PK)
-        .values_list("token", "job_ids", "reasons", "reason_of")
+        .values_list("token", "ids", "reason_index", "reasons")
         .first()
     )
     if row is None:
         return NO_WAITS
-    token, ids, distinct, reason_of = row
-    reasons = [distinct[i] for i in reason_of or ()]
-    if len(reasons) != len(ids or ()):  # a row not written by store_waits
-        reasons = [""] * len(ids or ())
-    parsed = _last["order"] = _parsed(token, ids or (), reasons)
+    token, packed_ids, packed_index, distinct = row
+    ids = _unpack("q", packed_ids)
+    reasons = [distinct[i] for i in _unpack("I", packed_index)]
+    if len(reasons) != len(ids):  # a row not written by store_waits
+        reasons = [""] * len(ids)
+    parsed = _last["order"] = _parsed(token, ids, reasons)
     return parsed
 
 
