@@ -3,7 +3,6 @@ reservation search for a one-node whole-GPU job that walks it."""
 
 from __future__ import annotations
 
-import heapq
 import itertools
 import math
 from bisect import bisect_left, insort
@@ -160,22 +159,25 @@ class ReleaseTimeline:
                     entry[3] += occ.gpu_compute_percent or 0
         gpus = self._gpus
         gpus_of: dict[str, dict[int, Any]] = {}
+        setdefault = ready.setdefault
         for when, node, idx in self._releases(extra, now):
-            where = (node, idx)
-            totals = extra.get(where) or gpus[where]
             by_index = gpus_of.get(node)
             if by_index is None:
                 by_index = gpus_of[node] = cap.gpus_by_index(node)
             held = by_index.get(idx)
             if held is None or not eligible(node, held):
                 continue
+            where = (node, idx)
+            totals = extra.get(where) if extra else None
+            if totals is None:
+                totals = gpus[where]
             if not totals[1]:
                 mem, comp = cap.free_on(node, idx)
                 if not (comp + totals[3] >= FULL_COMPUTE and mem + totals[2] >= held.memory_mb):
                     continue
             if node not in filled:
                 fill(node)
-            indices = ready.setdefault((node, held.model, held.memory_mb), [])
+            indices = setdefault((node, held.model, held.memory_mb), [])
             indices.append(idx)
             if len(indices) >= need:
                 return node, when, tuple(sorted(indices[:need]))
@@ -185,15 +187,33 @@ class ReleaseTimeline:
         self, extra: dict[tuple[str, int], list[Any]], now: float
     ) -> Iterator[tuple[float, str, int]]:
         """(max(now, end), node, index) of every busy GPU in order, as `_gang_sweep` sorts
-        them: the sorted running list with the GPUs of this cycle's placements replaced."""
+        them: the sorted running list with the GPUs of this cycle's placements replaced.
+        Each GPU appears once, so merging the few overdue and replaced GPUs into the sorted
+        list by hand gives the order a full sort would."""
         ordered = self._sorted
-        changed = sorted((e[0], n, i) for (n, i), e in extra.items())
         cut = bisect_left(ordered, (now,))
-        overdue = [(now, n, i) for _, n, i in ordered[:cut] if (n, i) not in extra]
-        overdue += [(now, n, i) for e, n, i in changed if e < now]
-        overdue.sort()
-        later = (t for t in itertools.islice(ordered, cut, None) if (t[1], t[2]) not in extra)
-        yield from heapq.merge(overdue, later, (t for t in changed if t[0] >= now))
+        few = [(now, n, i) for _, n, i in ordered[:cut] if (n, i) not in extra]
+        few += [(now if e[0] < now else e[0], n, i) for (n, i), e in extra.items()]
+        few.sort()
+        later = itertools.islice(ordered, cut, None)
+        if extra:
+            later = (t for t in later if (t[1], t[2]) not in extra)
+        if not few:
+            yield from later
+            return
+        j, left = 0, len(few)
+        head = few[0]
+        for t in later:
+            while head < t:
+                yield head
+                j += 1
+                if j == left:
+                    yield t
+                    yield from later
+                    return
+                head = few[j]
+            yield t
+        yield from few[j:]
 
 
 _TIMELINES: dict[bool, ReleaseTimeline] = {}
