@@ -36,7 +36,7 @@ from scheduler.core.model import (
     Wait,
 )
 from scheduler.core.placement import Choice, FreeCapacity, Members
-from scheduler.core.preemption import PreemptionCost, choose_victims, qos_rank
+from scheduler.core.preemption import PreemptionCost
 from scheduler.core.quota import QuotaLedger
 from scheduler.core.reservation import (
     earliest_start_members,
@@ -46,10 +46,8 @@ from scheduler.core.reservation import (
     running_occupants,
 )
 from scheduler.policies.cycle_parts import HeldReservation
+from scheduler.policies.cycle_preempt import CyclePreemption, VictimFilter, VictimRule
 from scheduler.policies.walk import QueueWalk
-
-VictimRule = Callable[[PendingJob, RunningJob], str | None]
-VictimFilter = Callable[[PendingJob, list[RunningJob]], Iterable[int]]
 
 
 @lru_cache(maxsize=1 << 16)
@@ -58,7 +56,7 @@ def _quiet_wait(job_id: int) -> Wait:
     return Wait(job_id, "")
 
 
-class Cycle(QueueWalk):
+class Cycle(QueueWalk, CyclePreemption):
     """One scheduling cycle over a snapshot; call `consider` per job in order, then `plan`."""
 
     def __init__(
@@ -111,6 +109,8 @@ class Cycle(QueueWalk):
         # is no longer a victim (scheduler/core/preemption.py).
         self.costs = PreemptionCost.from_settings(self.settings)
         self._victims: list[RunningJob] | None = None  # preemptible, below the cap
+        self._team_positions: dict[str, list[int]] | None = None  # of each team in _victims
+        self._victim_costs: dict[int, tuple[RunningJob, float, float]] = {}
         self._reclaim_on = bool(self.settings.get("preemption", True))
         self._qos_on = bool(self.settings.get("qos_preemption", False))
         self._max_preempts = int(self.settings.get("max_preemptions_per_cycle", 32))
@@ -203,7 +203,7 @@ class Cycle(QueueWalk):
             self.order.append(job.id)
         self._waits[job.id] = (job, "text", reason)
 
-    # -- reservations and preemption ------------------------------------------------------
+    # -- reservations (preemption: CyclePreemption) ------------------------------------------------------
 
     def reserve(self, job: PendingJob) -> Reserve | None:
         """Reserve the earliest start for the job (EASY's shadow time), holding its GPUs."""
@@ -245,82 +245,6 @@ class Cycle(QueueWalk):
         self._reservation.hold(self.cap)
         self._waits[job.id] = (job, "reserved", reservation)
         return reservation
-
-    def _victim_reason(
-        self, job: PendingJob, victim: RunningJob, borrowers: set[str], job_rank: int
-    ) -> str | None:
-        if victim.id in self._preempted:
-            return None
-        if victim.team in borrowers and victim.team != job.team:
-            return f"team {job.team} reclaims its guaranteed GPUs from borrowing team {victim.team}"
-        if self._qos_on and job_rank > qos_rank(victim.qos, self.settings):
-            return f"QoS {job.qos} preempts QoS {victim.qos}"
-        if self.victim_rule is not None:
-            return self.victim_rule(job, victim)
-        return None
-
-    @property
-    def _preemptible(self) -> list[RunningJob]:
-        """Running jobs that may be preempted at all (listed on the first search)."""
-        if self._victims is None:
-            self._victims = [
-                r for r in self.snapshot.running if r.preemptible and not self.costs.capped(r)
-            ]
-        return self._victims
-
-    def try_preempt(self, job: PendingJob) -> bool:
-        """Preempt the cheapest allowed victims so the job fits in a later cycle.
-
-        At most settings["max_preemptions_per_cycle"] (default 32) victims per cycle, so a
-        burst of small jobs cannot evict the whole fleet at once; a request shape that
-        found no victims is not searched again in the same cycle.
-        """
-        if len(self.preempts) >= self._max_preempts:
-            return False
-        within = self._reclaim_on and self.quota.within_guarantee(job)
-        if not (within or self._qos_on or self.victim_rule is not None):
-            return False
-        key = (
-            FreeCapacity.shape(job),
-            job.team,
-            job.qos,
-            within,
-            self.rule_key and self.rule_key(job),
-        )
-        if key in self._preempt_fails:
-            return False
-        borrowers = (
-            {t for t in self.quota.team_usage if self.quota.borrowing(t) > 0} if within else set()
-        )
-        job_rank = qos_rank(job.qos, self.settings)
-        reasons: dict[int, str] = {}
-        candidates = self._preemptible
-        if self.victim_filter is not None and not borrowers and not self._qos_on:
-            # Only the rule can allow a victim here, so only its candidates are asked.
-            candidates = [candidates[i] for i in self.victim_filter(job, candidates)]
-        for victim in candidates:
-            why = self._victim_reason(job, victim, borrowers, job_rank)
-            if why is not None:
-                reasons[victim.id] = why
-        allowed = [r for r in self._preemptible if r.id in reasons]
-        victims = (
-            choose_victims(job, self.cap, allowed, self.now, cost=self.costs.gpu_seconds)
-            if allowed
-            else None
-        )
-        if victims is None:
-            self._preempt_fails.add(key)
-            return False
-        for victim in victims.jobs:
-            self._preempted.add(victim.id)
-            reason = f"preempted for job {job.id}: {reasons[victim.id]}"
-            self.preempts.append(Preempt(victim.id, reason, requeue=victim.requeueable))
-        for member in victims.allocations:
-            for index in member.gpu_indices:
-                self.cap.hold(member.node, index)
-        self.quota.take(job)
-        self._waits[job.id] = (job, "preempting", victims)
-        return True
 
     # -- the plan ---------------------------------------------------------------------------
 
