@@ -34,15 +34,12 @@ from __future__ import annotations
 
 import heapq
 import math
-from collections.abc import Mapping
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from types import MappingProxyType
 from typing import Any
 
 from scheduler.core.admission import admission_error
 from scheduler.core.model import (
-    FULL_COMPUTE,
-    GpuState,
     Member,
     NodeState,
     PendingJob,
@@ -52,75 +49,14 @@ from scheduler.core.model import (
 from scheduler.core.usage import DEFAULT_HALF_LIFE
 from scheduler.policies.gavel import SpeedLearner, speed_key
 from scheduler.sim.cluster import ClusterSpec
+from scheduler.sim.config import SimConfig
+from scheduler.sim.free_gpus import FreeGpus
+from scheduler.sim.job_run import JobRun, pending_job, running_job
 from scheduler.sim.jobs import JobSpec
 from scheduler.sim.queue_log import QueueLog, RunLog
 from scheduler.sim.service import ServiceHistory
 from scheduler.sim.transform import never_fits
 from scheduler.sim.usage import TeamUsage
-
-
-@dataclass(slots=True)
-class SimConfig:
-    cycle_interval: float = 60.0
-    cycle_backoff: float = 8.0  # idle timer cycles stretch up to this multiple of the interval
-    restart_overhead: float = 60.0
-    checkpointing: bool = False
-    max_requeues: int | None = None  # None: no limit
-    settings: Mapping[str, Any] = field(default_factory=dict)
-    # Guaranteed GPUs per team (TeamState.guaranteed_gpus); policies let a team within its
-    # guarantee reclaim GPUs from teams borrowing beyond theirs. Empty: no guarantees.
-    team_guaranteed: Mapping[str, int] = field(default_factory=dict)
-    record_timeline: bool = True
-    # Skip a cycle when no pending job could fit anywhere (smallest gang > largest free
-    # block), even where the policy might preempt then (not exact for those).
-    skip_when_full: bool = False
-    # Skip cycles that cannot decide anything, where the policy says so (see
-    # scheduler.sim.engine): the run is the same as without skipping.
-    skip_exact: bool = True
-    # Wait sentences in plans (settings "explain"); the simulator never reads them.
-    explain: bool = False
-    # Waits in plans at all (settings "plan_waits"): the simulator applies only places,
-    # preempts and reserves, so by default policies leave them out.
-    plan_waits: bool = False
-    # Slowdown per extra node and per extra topology group of a multi-node gang (0.1: a gang
-    # over two groups runs its work 10% slower); 0 disables.
-    gang_spread_slowdown: float = 0.1
-    # Jobs' relative speeds per GPU model (JobSpec.speeds) shown to policies as declared
-    # (PendingJob.gpu_speeds); off: policies only see what the snapshot's table learns.
-    declare_speeds: bool = True
-
-
-@dataclass(slots=True, eq=False)
-class JobRun:
-    """One job's life in the simulator."""
-
-    spec: JobSpec
-    # future, pending, running, then done, timeout, killed, rejected or unschedulable
-    state: str = "future"
-    first_start: float | None = None
-    finish: float | None = None
-    attempt: int = 0
-    started_at: float = 0.0
-    node: str = ""
-    gpu_indices: tuple[int, ...] = ()
-    # Every member of the current attempt, rank 0 (node, gpu_indices) first.
-    members: tuple[Member, ...] = ()
-    slowdown: float = 1.0  # of the current attempt (gang spread)
-    speed: float = 1.0  # of the current attempt (its GPU model; JobSpec.speeds)
-    spread_gpu_seconds: float = 0.0  # GPU-seconds the slowdown cost, over all attempts
-    overhead: float = 0.0  # restart overhead of the current attempt
-    done_work: float = 0.0  # useful seconds kept from earlier attempts (checkpointing)
-    attained: float = 0.0  # GPU-seconds run by earlier attempts
-    preemptions: int = 0
-    queued_at: float | None = None  # when a preemption last requeued it (None: never)
-    lost_gpu_seconds: float = 0.0
-    busy_gpu_seconds: float = 0.0
-    predicted: float | None = None
-    ends_at: float = math.inf
-
-    @property
-    def remaining_work(self) -> float:
-        return self.spec.work - self.done_work
 
 
 class SimState:
@@ -137,25 +73,15 @@ class SimState:
         self._sizes: dict[int, int] = {}  # pending count per GPU request (0: fractional)
         self.running: dict[int, RunningJob] = {}
         self._run_log = RunLog()  # what the next snapshot's running_changes say
-        self._nodes: dict[str, NodeState] = {n.name: n for n in cluster.node_states()}
-        # Per GPU [free memory, free compute]; per node the count of wholly free GPUs.
-        self._free: dict[str, list[list[int]]] = {
-            n.name: [[g.memory_mb, FULL_COMPUTE] for g in n.gpus] for n in self._nodes.values()
-        }
+        self.gpus = FreeGpus(cluster)
+        self.free_whole = self.gpus.free_whole  # per node, its wholly free GPUs (read-only)
+        self._nodes = self.gpus.nodes  # GPU models and memory per node (read-only here)
         self._empty_nodes = tuple(self._nodes.values())
-        # Host CPUs and memory left per node; None where the node does not limit them.
-        self._free_cpus: dict[str, int | None] = {n.name: n.cpus for n in cluster.nodes}
-        self._free_mem: dict[str, int | None] = {n.name: n.host_memory_mb for n in cluster.nodes}
-        self._group: dict[str, str] = {n.name: n.group for n in cluster.nodes}
-        self._widest: dict[str | None, int] = {}  # GPU model -> most GPUs on one node
-        self.idle_gpus = cluster.total_gpus  # wholly free GPUs
         self.gang_wait_gpu_seconds = 0.0
         self._has_gangs = any(j.nodes > 1 for j in jobs)
         self._oldest: list[tuple[float, int]] = []  # (submit, id) of pending jobs, lazily
         self._admission: dict[tuple, str | None] = {}
         self.rejected: list[str] = []
-        self.free_whole: dict[str, int] = {n.name: len(n.gpus) for n in self._nodes.values()}
-        self._dirty: set[str] = set()
         self.total_gpus = cluster.total_gpus
         self.busy_gpus = 0.0
         teams = sorted({j.team for j in jobs})
@@ -301,65 +227,25 @@ class SimState:
 
     # -- decisions --------------------------------------------------------------------------
 
+    @property
+    def idle_gpus(self) -> int:
+        """Wholly free GPUs."""
+        return self.gpus.idle
+
     def can_fit(self, spec: JobSpec, node: str, gpu_indices: tuple[int, ...]) -> str | None:
         """None when one member of the job fits there now; otherwise why not."""
-        ns = self._nodes.get(node)
-        if ns is None:
-            return f"unknown node {node}"
-        if not ns.schedulable:
-            return f"node {node} takes no work"
-        want = spec.gpus_on_each_node or 1
-        if len(gpu_indices) != want or len(set(gpu_indices)) != want:
-            return f"job {spec.id} needs {want} GPUs on node {node}, got {list(gpu_indices)}"
-        if not self.host_room(spec, node):
-            return (
-                f"node {node} has {self._free_cpus[node]} CPUs and {self._free_mem[node]} MiB "
-                f"free; job {spec.id} needs {spec.cpus} and {spec.memory_mb} per node"
-            )
-        free = self._free[node]
-        for i in gpu_indices:
-            if not 0 <= i < len(free):
-                return f"node {node} has no GPU {i}"
-            gpu = ns.gpus[i]
-            if spec.gpu_model and gpu.model != spec.gpu_model:
-                return f"job {spec.id} needs {spec.gpu_model}, GPU {node}/{i} is {gpu.model}"
-            mem, comp = free[i]
-            if spec.gpus:
-                if mem < gpu.memory_mb or comp < FULL_COMPUTE:
-                    return f"GPU {node}/{i} is not free"
-            elif mem < (spec.gpu_memory_mb or 0) or comp < (spec.gpu_compute_percent or 0):
-                return f"GPU {node}/{i} lacks room for job {spec.id}"
-        return None
+        return self.gpus.can_fit(spec, node, gpu_indices)
 
     def host_room(self, spec: JobSpec, node: str) -> bool:
         """Whether the node's free host CPUs and memory hold one member of the job."""
-        cpus, mem = self._free_cpus[node], self._free_mem[node]
-        return (cpus is None or cpus >= spec.cpus) and (mem is None or mem >= spec.memory_mb)
-
-    def spread_slowdown(self, spec: JobSpec, members: tuple[Member, ...]) -> float:
-        """How much slower the job's work runs on these members (1.0: not at all)."""
-        rate = self.config.gang_spread_slowdown
-        if len(members) < 2 or rate <= 0:
-            return 1.0
-        widest = self._widest.get(spec.gpu_model)
-        if widest is None:
-            widest = max(
-                (n.gpus for n in self.cluster.nodes if spec.gpu_model in (None, n.model)),
-                default=1,
-            )
-            self._widest[spec.gpu_model] = widest
-        extra_nodes = len(members) - math.ceil(spec.gpus / widest)
-        groups = {self._group[m.node] for m in members}
-        extra_groups = len(groups) - 1 if "" not in groups else 0
-        return 1.0 + rate * (max(0, extra_nodes) + extra_groups)
+        return self.gpus.host_room(spec, node)
 
     def whole_free_indices(self, node: str) -> list[int]:
-        gpus = self._nodes[node].gpus
-        return [
-            i
-            for i, (mem, comp) in enumerate(self._free[node])
-            if mem >= gpus[i].memory_mb and comp >= FULL_COMPUTE
-        ]
+        return self.gpus.whole_free_indices(node)
+
+    def node_states(self) -> tuple[NodeState, ...]:
+        """Every node as a snapshot shows it now."""
+        return self.gpus.node_states()
 
     def start(
         self,
@@ -381,19 +267,20 @@ class SimState:
         if len(allocs) > 1 and len({m.node for m in allocs}) != len(allocs):
             return f"job {job_id}: a gang takes one member per node, got {[m.node for m in allocs]}"
         for m in allocs:
-            why = self.can_fit(spec, m.node, m.gpu_indices)
+            why = self.gpus.can_fit(spec, m.node, m.gpu_indices)
             if why:
                 return why
         for m in allocs:
-            self._take(spec, m.node, m.gpu_indices, -1)
+            self.gpus.take(spec, m.node, m.gpu_indices, -1)
         self._unqueue(job_id)
         run.state = "running"
         run.attempt += 1
         run.started_at = self.now
         run.node, run.gpu_indices = node, allocs[0].gpu_indices
         run.members = allocs
-        run.slowdown = self.spread_slowdown(spec, allocs) if len(allocs) > 1 else 1.0
-        run.speed = self.speed_on(spec, allocs) if spec.speeds else 1.0
+        rate = self.config.gang_spread_slowdown
+        run.slowdown = self.gpus.spread_slowdown(spec, allocs, rate) if len(allocs) > 1 else 1.0
+        run.speed = self.gpus.speed_on(spec, allocs) if spec.speeds else 1.0
         # Seconds per second of work in this attempt (1.0 on a speed-1 model, not spread).
         stretch = run.slowdown / run.speed
         if run.first_start is None:
@@ -402,40 +289,9 @@ class SimState:
         heapq.heappush(self._ends, (run.ends_at, job_id, run.attempt))
         self.usage.change(spec.team, spec.gpu_equivalent, self.now)
         self.busy_gpus += spec.gpu_equivalent
-        job = self.running[job_id] = RunningJob(
-            id=job_id,
-            team=spec.team,
-            user=spec.user,
-            node=node,
-            gpu_indices=run.gpu_indices,
-            started_at=self.now,
-            time_limit=(spec.time_limit or spec.work) * stretch + run.overhead,
-            gpus=spec.gpus,
-            gpu_memory_mb=spec.gpu_memory_mb,
-            gpu_compute_percent=spec.gpu_compute_percent,
-            priority=spec.priority,
-            predicted_runtime=(
-                None if run.predicted is None else run.predicted * stretch + run.overhead
-            ),
-            requeueable=self._requeueable(run),
-            attained_service=run.attained,
-            members=allocs[1:],
-            gpus_per_node=spec.gpus_per_node,
-            cpus=spec.cpus,
-            memory_mb=spec.memory_mb,
-            preemptions=run.preemptions,
-            queued_at=spec.submit if run.queued_at is None else run.queued_at,
-            checkpointed=spec.checkpointed,
-        )
+        job = self.running[job_id] = running_job(run, self.now, stretch, self._requeueable(run))
         self._run_log.joined(job)
         return None
-
-    def speed_on(self, spec: JobSpec, members: tuple[Member, ...]) -> float:
-        """The job's speed on these GPUs: the slowest GPU's model decides (a gang moves in
-        lockstep)."""
-        return min(
-            spec.speed_on(self._nodes[m.node].gpus[i].model) for m in members for i in m.gpu_indices
-        )
 
     def _keeps_progress(self, spec: JobSpec) -> bool:
         """Whether a preemption keeps the attempt's work: the job's own `checkpointed` (a
@@ -521,87 +377,21 @@ class SimState:
         run.busy_gpu_seconds += ran * g
         run.attained += ran * g
         for m in run.members:
-            self._take(spec, m.node, m.gpu_indices, +1)
+            self.gpus.take(spec, m.node, m.gpu_indices, +1)
         self.usage.change(spec.team, -g, self.now)
         self.busy_gpus -= g
         self._run_log.left(self.running.pop(run.spec.id))
         run.ends_at = math.inf
 
-    def _take(self, spec: JobSpec, node: str, gpu_indices: tuple[int, ...], sign: int) -> None:
-        free = self._free[node]
-        gpus = self._nodes[node].gpus
-        for i in gpu_indices:
-            cell = free[i]
-            was_whole = cell[0] >= gpus[i].memory_mb and cell[1] >= FULL_COMPUTE
-            if spec.gpus:
-                cell[0] += sign * gpus[i].memory_mb
-                cell[1] += sign * FULL_COMPUTE
-            else:
-                cell[0] += sign * (spec.gpu_memory_mb or 0)
-                cell[1] += sign * (spec.gpu_compute_percent or 0)
-            is_whole = cell[0] >= gpus[i].memory_mb and cell[1] >= FULL_COMPUTE
-            self.free_whole[node] += int(is_whole) - int(was_whole)
-            self.idle_gpus += int(is_whole) - int(was_whole)
-        cpus, mem = self._free_cpus[node], self._free_mem[node]
-        if cpus is not None and spec.cpus:
-            self._free_cpus[node] = cpus + sign * spec.cpus
-        if mem is not None and spec.memory_mb:
-            self._free_mem[node] = mem + sign * spec.memory_mb
-        self._dirty.add(node)
-
-    # -- what a policy sees ------------------------------------------------------------------
-
     def _pending_job(self, run: JobRun) -> PendingJob:
-        spec = run.spec
-        return PendingJob(
-            id=spec.id,
-            team=spec.team,
-            user=spec.user,
-            submitted_at=spec.submit,
-            time_limit=(spec.time_limit or spec.work) + run.overhead,
-            gpus=spec.gpus,
-            gpu_memory_mb=spec.gpu_memory_mb,
-            gpu_compute_percent=spec.gpu_compute_percent,
-            gpu_model=spec.gpu_model,
-            priority=spec.priority,
-            name=spec.name,
-            predicted_runtime=None if run.predicted is None else run.predicted + run.overhead,
-            attained_service=run.attained,
-            gpus_per_node=spec.gpus_per_node,
-            cpus=spec.cpus,
-            memory_mb=spec.memory_mb,
-            preemptions=run.preemptions,
-            queued_at=run.queued_at,
-            gpu_speeds=spec.speeds if self.config.declare_speeds else (),
-        )
-
-    def node_states(self) -> tuple[NodeState, ...]:
-        for name in self._dirty:
-            old = self._nodes[name]
-            free = self._free[name]
-            self._nodes[name] = NodeState(
-                name=name,
-                gpus=tuple(
-                    GpuState(g.index, g.model, g.memory_mb, free[g.index][0], free[g.index][1])
-                    for g in old.gpus
-                ),
-                schedulable=old.schedulable,
-                labels=old.labels,
-                cpus=old.cpus,
-                memory_mb=old.memory_mb,
-                free_cpus=self._free_cpus[name],
-                free_memory_mb=self._free_mem[name],
-                group=old.group,
-            )
-        self._dirty.clear()
-        return tuple(self._nodes.values())
+        return pending_job(run, self.config.declare_speeds)
 
     def snapshot(self) -> Snapshot:
         pending = tuple(self.pending.values())
         running = tuple(self.running.values())
         return Snapshot(
             now=self.now,
-            nodes=self.node_states(),
+            nodes=self.gpus.node_states(),
             running=running,
             pending=pending,
             pending_changes=self._queue_log.changes(pending),

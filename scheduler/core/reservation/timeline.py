@@ -195,7 +195,7 @@ class ReleaseTimeline:
         few = [(now, n, i) for _, n, i in ordered[:cut] if (n, i) not in extra]
         few += [(now if e[0] < now else e[0], n, i) for (n, i), e in extra.items()]
         few.sort()
-        later = itertools.islice(ordered, cut, None)
+        later: Iterator[tuple[float, str, int]] = itertools.islice(ordered, cut, None)
         if extra:
             later = (t for t in later if (t[1], t[2]) not in extra)
         if not few:
