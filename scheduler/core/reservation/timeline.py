@@ -160,6 +160,8 @@ class ReleaseTimeline:
         gpus = self._gpus
         gpus_of: dict[str, dict[int, Any]] = {}
         setdefault = ready.setdefault
+        # Nodes with some wholly free GPU: the only ones `fill` adds anything for.
+        some_free = set(cap.nodes_with_whole_free(1))
         for when, node, idx in self._releases(extra, now):
             by_index = gpus_of.get(node)
             if by_index is None:
@@ -176,7 +178,10 @@ class ReleaseTimeline:
                 if not (comp + totals[3] >= FULL_COMPUTE and mem + totals[2] >= held.memory_mb):
                     continue
             if node not in filled:
-                fill(node)
+                if node in some_free:
+                    fill(node)
+                else:
+                    filled.add(node)
             indices = setdefault((node, held.model, held.memory_mb), [])
             indices.append(idx)
             if len(indices) >= need:
