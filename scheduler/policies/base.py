@@ -46,7 +46,7 @@ from scheduler.core.reservation import (
     running_occupants,
 )
 from scheduler.policies.cycle_parts import HeldReservation
-from scheduler.policies.cycle_preempt import CyclePreemption, VictimFilter, VictimRule
+from scheduler.policies.cycle_preempt import CyclePreemption, RuleHint, VictimFilter, VictimRule
 from scheduler.policies.walk import QueueWalk
 
 
@@ -71,6 +71,7 @@ class Cycle(QueueWalk, CyclePreemption):
         victim_rule: VictimRule | None = None,
         rule_key: Callable[[PendingJob], Any] | None = None,
         victim_filter: VictimFilter | None = None,
+        rule_hint: RuleHint | None = None,
     ) -> None:
         self.snapshot = snapshot
         self.now = snapshot.now
@@ -91,6 +92,9 @@ class Cycle(QueueWalk, CyclePreemption):
         # Positions, in the preemptible list, of every victim victim_rule may allow (more is
         # fine, never fewer): the rule is asked about those only.
         self.victim_filter = victim_filter
+        # Per job of a queue, whether victim_rule may allow it any victim (more is fine,
+        # never fewer): the walk passes over the others once they cannot start.
+        self.rule_hint = rule_hint
         self.places: list[Place] = []
         self.preempts: list[Preempt] = []
         self.reserves: list[Reserve] = []

@@ -4,8 +4,10 @@ borrowing teams, a higher QoS a lower one, or by the policy's own rule."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
+
+import numpy as np
 
 from scheduler.core.model import PendingJob, Preempt, RunningJob, Snapshot
 from scheduler.core.placement import FreeCapacity
@@ -14,6 +16,7 @@ from scheduler.core.quota import QuotaLedger
 
 VictimRule = Callable[[PendingJob, RunningJob], str | None]
 VictimFilter = Callable[[PendingJob, list[RunningJob]], Iterable[int]]
+RuleHint = Callable[[Sequence[PendingJob], list[RunningJob]], np.ndarray]
 
 
 class CyclePreemption:

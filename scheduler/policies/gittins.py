@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any
 
 import numpy as np
@@ -12,6 +12,7 @@ from scheduler.core.model import PendingJob, Plan, RunningJob, Snapshot
 from scheduler.core.preemption import PreemptionCost, mean_residual
 from scheduler.core.service_distribution import ServiceDistribution, bucket
 from scheduler.policies.base import Cycle
+from scheduler.policies.gittins_hint import may_allow_any
 from scheduler.policies.preemptive import PreemptivePolicy
 
 DEFAULT_MARGIN = 0.5  # a waiting job preempts only with an index 1.5x the runner's
@@ -183,7 +184,7 @@ class GittinsPolicy(PreemptivePolicy):
         # job that does not fit is weighed against thousands of running jobs.
         columns: dict[str, Any] = {}
 
-        def victim_filter(job: PendingJob, victims: list[RunningJob]) -> Iterable[int]:
+        def victim_columns(victims: list[RunningJob]) -> dict[str, Any]:
             if columns.get("of") is not victims:
                 started = np.fromiter((v.started_at for v in victims), float, len(victims))
                 theirs = np.fromiter((running_of[v.id] for v in victims), float, len(victims))
@@ -197,12 +198,27 @@ class GittinsPolicy(PreemptivePolicy):
                     columns["other"] = np.fromiter((k[0] for k in known), float, len(victims))
                     columns["cost"] = np.fromiter((k[1] for k in known), float, len(victims))
                     columns["lost"] = np.fromiter((k[2] for k in known), float, len(victims))
+            return columns
+
+        def victim_filter(job: PendingJob, victims: list[RunningJob]) -> Iterable[int]:
+            victim_columns(victims)
             keep = ~columns["young"] & ~(pending_index[job.id] <= columns["bound"])
             if check_gain:
                 left = job_left(job)
                 keep &= (left + columns["cost"]) < columns["other"]
                 keep &= ~(columns["lost"] > bound * left)
             return np.flatnonzero(keep).tolist()
+
+        def rule_hint(jobs: Sequence[PendingJob], victims: list[RunningJob]) -> np.ndarray:
+            return may_allow_any(
+                victim_columns(victims),
+                victims,
+                jobs,
+                lambda j: pending_index[j.id],
+                job_left if check_gain else None,
+                bound,
+                tiers,
+            )
 
         preempt = bool(snapshot.settings.get("gittins_preemption", True))
         if tiers is None:
@@ -226,6 +242,7 @@ class GittinsPolicy(PreemptivePolicy):
             # settings "fast_paths" false: the rule alone, the reference the filter is
             # tested against.
             victim_filter=victim_filter if snapshot.settings.get("fast_paths", True) else None,
+            rule_hint=rule_hint if snapshot.settings.get("fast_paths", True) else None,
         )
         cycle.consider_all(order)
         notes = (

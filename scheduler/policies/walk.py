@@ -8,7 +8,7 @@ from typing import Any
 
 import numpy as np
 
-from scheduler.core.model import PendingJob, Snapshot
+from scheduler.core.model import PendingJob, RunningJob, Snapshot
 from scheduler.core.placement import FreeCapacity
 from scheduler.core.quota import QuotaLedger
 from scheduler.policies.cycle_parts import GuaranteeTest, HeldReservation, QueueRest
@@ -31,6 +31,10 @@ class QueueWalk:
     full_plan: bool
     reserve_rule: bool | Callable[[PendingJob], bool]
     victim_rule: Any
+    # Per job of a queue, whether victim_rule may allow it any of the preemptible running
+    # jobs (more is fine, never fewer); None: the walk considers every job.
+    rule_hint: Callable[[Sequence[PendingJob], list[RunningJob]], np.ndarray] | None
+    _preemptible: list[RunningJob]
     order: list[int]
     _seen: set[int]
     _unmarked: list[list[PendingJob]]
@@ -65,6 +69,7 @@ class QueueWalk:
                 self.consider(job)
             return
         reclaim: GuaranteeTest | None = None
+        ruled: np.ndarray | None = None  # per position: the policy's rule may allow a victim
         ahead: list[int] | None = None  # positions still to consider, last first
         wasted = 0  # jobs of `ahead` considered that only waited
         i, n = 0, len(jobs)
@@ -83,12 +88,14 @@ class QueueWalk:
                 may_settle = True
                 # Reclaiming needs a team within its guarantee: with none guaranteed, a job
                 # that asks for some GPU share keeps no team within zero.
-                if not rest.all_share or self._guarantees():
+                if self._reclaim_on and (not rest.all_share or self._guarantees()):
                     reclaim = GuaranteeTest(jobs, self.snapshot.teams)
+                if self.victim_rule is not None and self.rule_hint is not None:
+                    ruled = self.rule_hint(jobs, self._preemptible)
             if ahead is not None and len(self.places) + len(self.preempts) == decided:
                 wasted += 1
             if ahead is None or wasted >= _STALE:
-                ahead, wasted = self._ahead(rest, i, reclaim), 0
+                ahead, wasted = self._ahead(rest, i, reclaim, ruled), 0
             while ahead and ahead[-1] < i:
                 ahead.pop()
             k = ahead.pop() if ahead else n
@@ -101,12 +108,14 @@ class QueueWalk:
 
     def _may_settle(self) -> bool | None:
         """Whether no preemption rule can apply to any job of this walk (True), some may
-        apply to any job (False), or only reclaiming may, by jobs that keep their team
-        within its guarantee (None)."""
+        apply to any job (False), or only reclaiming, by jobs that keep their team within
+        its guarantee, and the policy's rule, for jobs its `rule_hint` marks, may (None)."""
         if not self.preempt or self._blocked_by is not None:
             return True
-        if self._qos_on or self.victim_rule is not None:
+        if self._qos_on:
             return False
+        if self.victim_rule is not None:
+            return None if self.rule_hint is not None else False
         return None if self._reclaim_on else True
 
     def _guarantees(self) -> bool:
@@ -120,9 +129,11 @@ class QueueWalk:
             callable(self.reserve_rule) or self.reserve_rule
         )
 
-    def _ahead(self, rest: QueueRest, i: int, reclaim: GuaranteeTest | None) -> list[int]:
-        """The positions from i on whose job might start now or reclaim GPUs (given
-        `_settled_now`), last first."""
+    def _ahead(
+        self, rest: QueueRest, i: int, reclaim: GuaranteeTest | None, ruled: np.ndarray | None
+    ) -> list[int]:
+        """The positions from i on whose job might start now, reclaim GPUs or preempt by
+        the policy's rule (given `_settled_now`), last first."""
         largest, _ = self.cap.largest_free_block()
         held = self._reservation
         short = None
@@ -133,8 +144,11 @@ class QueueWalk:
             room = max(len(self.cap.whole_free(n)) + held.whole_held(n) for n in held.nodes)
             short = (self.now, held.start, room)
         mask = rest.may_start(i, largest, self.cap.has_partial(), short)
-        if reclaim is not None and len(self.preempts) < self._max_preempts:
-            mask |= reclaim.within(i, self.quota.team_usage)
+        if len(self.preempts) < self._max_preempts:
+            if reclaim is not None:
+                mask |= reclaim.within(i, self.quota.team_usage)
+            if ruled is not None:
+                mask |= ruled[i:]
         return (np.flatnonzero(mask)[::-1] + i).tolist()
 
     def _wait_segment(self, jobs: list[PendingJob]) -> None:

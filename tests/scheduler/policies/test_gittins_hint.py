@@ -1,0 +1,98 @@
+"""The preemptive Gittins policies tell the walk which waiting jobs their rule could allow
+any victim (scheduler.policies.gittins_hint): never a job the rule allows one, and the walk
+passes over the rest once they cannot start, with the same plan."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from types import MappingProxyType
+from unittest import mock
+
+import pytest
+from hypothesis import HealthCheck, given, settings
+from hypothesis import strategies as st
+
+from scheduler.core.model import Snapshot
+from scheduler.policies import get_policy
+from scheduler.policies.base import Cycle
+from tests.scheduler.core.builders import job, node, running, snap, team
+from tests.scheduler.policies.strategies import snapshots
+
+CHECKS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+HEAVY = tuple(60.0 * 10**k for k in range(5) for _ in range(4))
+RATIOS = tuple(k / 20 for k in range(1, 21))
+
+
+def _cycle_of(name: str, snapshot: Snapshot) -> Cycle:
+    cycles: list[Cycle] = []
+    original = Cycle.__init__
+
+    def spy(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        cycles.append(self)
+
+    with mock.patch.object(Cycle, "__init__", spy):
+        get_policy(name).schedule(snapshot)
+    return cycles[-1]
+
+
+@st.composite
+def histories(draw: st.DrawFn) -> Snapshot:
+    snapshot = draw(snapshots(max_nodes=4, max_pending=30))
+    kind = draw(st.sampled_from(["none", "heavy", "ratios"]))
+    if kind == "heavy":
+        snapshot = replace(snapshot, service_distribution=HEAVY)
+    elif kind == "ratios":
+        snapshot = replace(snapshot, limit_ratio_distribution=RATIOS)
+    extra = draw(st.sampled_from([{}, {"gittins_min_slice": 0}, {"preemption_gain_check": False}]))
+    return replace(snapshot, settings=MappingProxyType({**snapshot.settings, **extra}))
+
+
+@pytest.mark.parametrize("name", ["gittins", "gittins-tiers"])
+@CHECKS
+@given(snapshot=histories())
+def test_a_job_passed_over_is_allowed_no_victim(name: str, snapshot: Snapshot) -> None:
+    cycle = _cycle_of(name, snapshot)
+    if cycle.victim_rule is None or cycle.rule_hint is None:
+        return
+    victims = [r for r in snapshot.running if r.preemptible and not cycle.costs.capped(r)]
+    hint = cycle.rule_hint(snapshot.pending, victims)
+    for pending, may in zip(snapshot.pending, hint.tolist(), strict=True):
+        if not may:
+            assert all(cycle.victim_rule(pending, v) is None for v in victims)
+
+
+def _full_and_young(pending: int = 40) -> Snapshot:
+    """Two nodes busy with jobs started 100 s ago (younger than the 300 s minimum slice,
+    so no victim), one GPU free on node b; teams over their guarantees. Behind 4-GPU jobs
+    that fit nowhere, one 1-GPU job at position 20 that fits."""
+    nodes = [node("a", 8), node("b", 8)]
+    busy = [
+        running(1, "a", tuple(range(8)), team="x", started=9_900.0, limit=1e6),
+        running(2, "b", tuple(range(7)), team="y", started=9_900.0, limit=1e6),
+    ]
+    jobs = [
+        job(100 + k, 1 if k == 20 else 4, team="x" if k % 2 else "y", submitted=float(k), limit=1e5)
+        for k in range(pending)
+    ]
+    teams = [team("x", guaranteed_gpus=2), team("y", guaranteed_gpus=2)]
+    return replace(snap(nodes, jobs, busy, teams=teams, now=10_000.0), service_distribution=HEAVY)
+
+
+@pytest.mark.parametrize("name", ["gittins", "gittins-tiers"])
+def test_walk_passes_over_jobs_that_can_neither_start_nor_preempt(name: str) -> None:
+    snapshot = _full_and_young()
+    plain = replace(snapshot, settings=MappingProxyType({"fast_paths": False}))
+    reference = get_policy(name).schedule(plain)
+    considered: list[int] = []
+    original = Cycle.consider
+
+    def spy(self, pending):
+        considered.append(pending.id)
+        return original(self, pending)
+
+    with mock.patch.object(Cycle, "consider", spy):
+        fast = get_policy(name).schedule(snapshot)
+    assert fast == reference
+    assert [p.job_id for p in reference.places] == [120] and not reference.preempts
+    assert considered == [100, 120]
