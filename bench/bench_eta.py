@@ -65,15 +65,23 @@ def main() -> None:
         help="also score the forecast and band every waiting job shows, every this many "
         "cycles (what an owner sees at any time); 0: first forecasts only",
     )
+    p.add_argument(
+        "--runtimes",
+        default="policy",
+        help="how the forecast plays runtimes (scheduler.core.eta_runtimes): policy (the "
+        "policy's, as production), predicted, median, spread, or spreadK (K draws, each "
+        "job's median start); a comma list runs each",
+    )
     p.add_argument("--quick", action="store_true", help="one window of 500 jobs, 8x8")
     a = p.parse_args()
     if a.quick:
         a.starts, a.size, a.scenarios = "0", 500, "8x8@0.7"
     windows = [float(w) for w in a.arrivals_window.split(",")]
     censored = [c.strip() not in ("0", "false", "no") for c in a.censored.split(",")]
+    runtimes = a.runtimes.split(",")
     raw = load_philly(a.trace)
     header = (
-        f"{'scenario':10} {'window':>6} {'policy':13} {'arrivals':>8} {'cens':>4} {'jobs':>5} {'waited':>6} "
+        f"{'scenario':10} {'window':>6} {'policy':13} {'runtimes':9} {'arrivals':>8} {'cens':>4} {'jobs':>5} {'waited':>6} "
         f"{'med err':>8} {'p90 err':>8} {'med err s':>9} {'cov wait':>8} {'cov all':>7} {'no eta':>6} "
         f"{'avg JCT s':>9} {'fcst s':>6}"
         + (f" {'shown':>7} {'sh err':>7} {'sh cov':>6}" if a.shown_every else "")
@@ -87,12 +95,16 @@ def main() -> None:
             config = SimConfig(
                 cycle_interval=60.0, restart_overhead=60.0, checkpointing=True, plan_waits=True
             )
-            for name, window, cens in product(a.policies.split(","), windows, censored):
+            for name, kind, window, cens in product(
+                a.policies.split(","), runtimes, windows, censored
+            ):
                 driver = EtaDriver(
                     get_policy(name),
                     arrivals_window=window,
                     censored=cens,
                     shown_every=a.shown_every,
+                    runtimes=None if kind == "policy" else kind.rstrip("0123456789"),
+                    samples=int(kind[len(kind.rstrip("0123456789")) :] or 1),
                 )
                 t0 = time.perf_counter()
                 result = simulate(jobs, cluster, driver, config, predictor=make_predictor())
@@ -104,7 +116,7 @@ def main() -> None:
                 ]
                 jct = sum(spans) / max(len(spans), 1)
                 print(
-                    f"{scen:10} {start:>6} {name:13} {window:>8.0f} {cens:>4d} {m['eta_jobs']:>5} {m['eta_waited']:>6} "
+                    f"{scen:10} {start:>6} {name:13} {kind:9} {window:>8.0f} {cens:>4d} {m['eta_jobs']:>5} {m['eta_waited']:>6} "
                     f"{m['eta_median_abs_error_share']:>8.1%} {m['eta_p90_abs_error_share']:>8.1%} "
                     f"{m['eta_median_abs_error_s']:>9.0f} {m['eta_band_coverage']:>8.1%} "
                     f"{m['eta_band_coverage_all']:>7.1%} "

@@ -3,7 +3,9 @@
 
 `estimate` plays the current plan forward: the plan's placements start now, every job ends
 at its expected time (prediction when the snapshot carries one, else its time limit; one
-already past it at the median learned share of its limit above what it has used),
+already past it at the median learned share of its limit above what it has used; under
+gittins the median of the learned runtimes instead of the predicted mean,
+`scheduler.core.eta_runtimes`),
 preempted jobs leave at once (before the plan's placements are booked) and the GPUs they
 leave free go to the queue a scheduling minute later (the next cycle), and at each end
 the remaining queue is placed again by best fit within quotas (a multi-node gang on all its
@@ -33,6 +35,7 @@ from typing import Any
 from scheduler.core.admission import admission_error
 from scheduler.core.eta_arrivals import Arrivals, Rank
 from scheduler.core.eta_arrivals import rank as rank_arrivals
+from scheduler.core.eta_runtimes import Runtimes, for_policy
 from scheduler.core.model import PendingJob, Plan, Snapshot
 from scheduler.core.placement import FreeCapacity, Members
 from scheduler.core.quota import QuotaLedger
@@ -55,12 +58,36 @@ def estimate(
     horizon: float = DEFAULT_HORIZON,
     arrivals: Arrivals | None = None,
     preempt_delay: float = DEFAULT_PREEMPT_DELAY,
+    runtimes: str | None = None,
+    samples: int = 1,
+    offset: float = 0.0,
 ) -> dict[int, Estimate]:
     """job id -> (queue position, estimated start or None, reason) for every pending job.
     `arrivals`: the submissions expected meanwhile (`scheduler.core.eta_arrivals`);
-    `preempt_delay`: seconds until the GPUs the plan frees by preemption can be used."""
+    `preempt_delay`: seconds until the GPUs the plan frees by preemption can be used;
+    `runtimes`: how long jobs are played to run (`scheduler.core.eta_runtimes`: "predicted",
+    "median" or "spread"; None: the policy's, `for_policy`); `samples`: with "spread", how many draws (quantiles shifted by
+    `offset` + k / samples), each job given the median of its starts over them."""
     if plan is None:
         plan = policy.schedule(snapshot)
+    if runtimes is None:
+        runtimes = for_policy(policy)
+    if samples > 1 and runtimes == "spread":
+        draws = [
+            estimate(
+                snapshot,
+                policy,
+                plan=plan,
+                max_events=max_events,
+                horizon=horizon,
+                arrivals=arrivals,
+                preempt_delay=preempt_delay,
+                runtimes=runtimes,
+                offset=offset + k / samples,
+            )
+            for k in range(samples)
+        ]
+        return _median_start(draws)
     now = snapshot.now
     pending = {j.id: j for j in snapshot.pending}
     position = {job_id: i + 1 for i, job_id in enumerate(plan.order)}
@@ -76,6 +103,7 @@ def estimate(
     seq = count()
     preempted = {p.job_id for p in plan.preempts}
     ratios = sorted(snapshot.limit_ratio_distribution)
+    played = Runtimes(ratios, runtimes, offset)
     for r in snapshot.running:
         if r.id in preempted:
             # Its GPUs go to the plan's placements, which are booked next: release them
@@ -83,7 +111,10 @@ def estimate(
             cap.release_members(r, r.allocations)
             quota.release(r)
             continue
-        heapq.heappush(ends, (_expected_end(r, now, ratios), next(seq), r, r.allocations))
+        end = played.end(r, now)
+        if end is None:
+            end = _expected_end(r, now, ratios)
+        heapq.heappush(ends, (end, next(seq), r, r.allocations))
     for place in plan.places:
         job = pending.get(place.job_id)
         if job is None:
@@ -94,8 +125,7 @@ def estimate(
         if cap.fits_members(job, members):
             cap.take_members(job, members)
         quota.take(job)
-        end = now + job.expected_runtime
-        heapq.heappush(ends, (end, next(seq), job, members))
+        heapq.heappush(ends, (now + played.runtime(job), next(seq), job, members))
     if plan.preempts:
         # The GPUs the plan frees by preemption go to the queue once the victims have
         # stopped, not at the next end: an event that releases nothing more.
@@ -168,7 +198,7 @@ def estimate(
             if job.id in pending:
                 out[job.id] = (position[job.id], t, reasons.get(job.id, ""))
                 real_left -= 1
-            heapq.heappush(ends, (t + job.expected_runtime, next(seq), job, choice))
+            heapq.heappush(ends, (t + played.runtime(job), next(seq), job, choice))
         if started:
             remaining = [item for item in remaining if id(item[1]) not in started]
             while remaining and remaining[-1][0][1] >= 0:  # an expected job (real: -1)
@@ -185,6 +215,20 @@ def estimate(
             out[job_id] = (pos, start if eta is None else min(eta, start), reason)
     for job_id in pending:
         out.setdefault(job_id, (position[job_id], None, reasons.get(job_id, "")))
+    return out
+
+
+def _median_start(draws: list[dict[int, Estimate]]) -> dict[int, Estimate]:
+    """Each job's median start over forecasts of the same plan (no estimate counts as
+    latest); position and reason from the first."""
+    out: dict[int, Estimate] = {}
+    for job_id, (pos, _, reason) in draws[0].items():
+        starts: list[float] = []
+        for draw in draws:
+            start = draw[job_id][1]
+            starts.append(math.inf if start is None else start)
+        mid = sorted(starts)[len(starts) // 2]
+        out[job_id] = (pos, None if math.isinf(mid) else mid, reason)
     return out
 
 

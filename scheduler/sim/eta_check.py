@@ -53,6 +53,8 @@ class EtaDriver(PolicyDriver):
         arrivals_window: float = 0.0,
         censored: bool = True,
         shown_every: int = 0,
+        runtimes: str | None = None,
+        samples: int = 1,
     ):
         """`arrivals_window`: seconds of recent submissions the forecast replays as the
         ones to expect (`scheduler.core.eta_arrivals`); 0 forecasts the queue alone.
@@ -60,9 +62,13 @@ class EtaDriver(PolicyDriver):
         (`EtaCalibration.censor`), as production does; False: starts alone.
         `shown_every`: every this many cycles, also record the forecast and band every
         waiting job shows then (production forecasts each cycle and a page shows the latest:
-        what an owner sees at any time, not only right after submitting); 0: never."""
+        what an owner sees at any time, not only right after submitting); 0: never.
+        `runtimes`, `samples`: how the forecast plays runtimes (`scheduler.core.eta_runtimes`;
+        None, 1: the policy's, as production plays them)."""
         super().__init__(policy)
         self.censored = censored
+        self.runtimes = runtimes
+        self.samples = samples
         self.shown_every = shown_every
         # (job id, at, forecast start, band low, band high) of every waiting job each
         # `shown_every` cycles.
@@ -101,7 +107,14 @@ class EtaDriver(PolicyDriver):
                 arrivals = Arrivals.from_submissions(
                     state.now, self._submitted, self.arrivals_window
                 )
-            forecast = estimate(snap, self.policy, plan=plan, arrivals=arrivals)
+            forecast = estimate(
+                snap,
+                self.policy,
+                plan=plan,
+                arrivals=arrivals,
+                runtimes=self.runtimes,
+                samples=self.samples,
+            )
             self.forecast_seconds += time.process_time() - t0
             calibrated = self.calibration.calibrated
             placed = {p.job_id for p in plan.places}
