@@ -20,9 +20,10 @@ Which mode a forecast uses follows the active policy (`for_policy`): `"median"` 
 gittins and gittins-tiers, `"predicted"` under the others. On the Philly recipe
 (`bench/RESULTS.md`, `bench/bench_eta.py --runtimes`) the median made gittins' median error
 smaller or equal on all ten windows measured (five offsets, two clusters), while under
-priority it helped three windows (both at 40000, 8x8 at 0) and hurt the other seven: there the mean's lateness
-happens to offset what the forecast leaves out (a team's fair-share priority falls as its
-jobs start, so other teams' jobs overtake), and the median leaves that bias bare. `"spread"`
+priority it helped three windows (both at 40000, 8x8 at 0) and hurt the other seven: there
+the mean's lateness happens to offset what the forecast leaves out (a team's fair-share
+priority falls as its jobs start, so other teams' jobs overtake), and the median leaves
+that bias bare. `"spread"`
 (one draw, or the median of five) helped neither consistently. Without learned ratios, a
 time limit or a prediction, a job is played at its predicted runtime in every mode.
 """
