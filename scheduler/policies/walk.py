@@ -70,7 +70,10 @@ class QueueWalk:
             return
         reclaim: GuaranteeTest | None = None
         ruled: np.ndarray | None = None  # per position: the policy's rule may allow a victim
-        ahead: list[int] | None = None  # positions still to consider, last first
+        # Positions still to consider (numpy, so that a long queue does not become a
+        # list of Python ints for the garbage collector to walk), from `at` on.
+        ahead: np.ndarray | None = None
+        at = 0
         wasted = 0  # jobs of `ahead` considered that only waited
         i, n = 0, len(jobs)
         while i < n:
@@ -95,10 +98,11 @@ class QueueWalk:
             if ahead is not None and len(self.places) + len(self.preempts) == decided:
                 wasted += 1
             if ahead is None or wasted >= _STALE:
-                ahead, wasted = self._ahead(rest, i, reclaim, ruled), 0
-            while ahead and ahead[-1] < i:
-                ahead.pop()
-            k = ahead.pop() if ahead else n
+                ahead, at, wasted = self._ahead(rest, i, reclaim, ruled), 0, 0
+            while at < len(ahead) and ahead[at] < i:
+                at += 1
+            k = int(ahead[at]) if at < len(ahead) else n
+            at += 1
             if k == n:
                 self._wait_rest(jobs[i:])
                 return
@@ -131,9 +135,9 @@ class QueueWalk:
 
     def _ahead(
         self, rest: QueueRest, i: int, reclaim: GuaranteeTest | None, ruled: np.ndarray | None
-    ) -> list[int]:
+    ) -> np.ndarray:
         """The positions from i on whose job might start now, reclaim GPUs or preempt by
-        the policy's rule (given `_settled_now`), last first."""
+        the policy's rule (given `_settled_now`)."""
         largest, _ = self.cap.largest_free_block()
         held = self._reservation
         short = None
@@ -149,7 +153,7 @@ class QueueWalk:
                 mask |= reclaim.within(i, self.quota.team_usage)
             if ruled is not None:
                 mask |= ruled[i:]
-        return (np.flatnonzero(mask)[::-1] + i).tolist()
+        return np.flatnonzero(mask) + i
 
     def _wait_segment(self, jobs: list[PendingJob]) -> None:
         """Record jobs that only wait, ahead of others still to be considered."""
