@@ -55,21 +55,25 @@ def may_allow_any(
         # Least bound among the victims from each rank on (the rule allows a victim only
         # if its tier does not go before the job's), +inf past the last.
         least = np.append(np.minimum.accumulate(bound[order][::-1])[::-1], np.inf)
-        first = np.fromiter((bisect_left(ranked, t) for t in of_job), np.int64, n)
+        at = {t: bisect_left(ranked, t) for t in set(of_job)}
+        first = np.fromiter(map(at.__getitem__, of_job), np.int64, n)
         ok = mine > least[first]
     if left is None:
         return ok
     other, cost, lost = (columns[k][keep] for k in ("other", "cost", "lost"))
-    need = np.fromiter((left(j) for j in jobs), float, n)
-    if not all(np.isfinite(a).all() for a in (other, cost, lost, need)):
+    if not all(np.isfinite(a).all() for a in (other, cost, lost)):
+        return everyone
+    # The expected remaining service only of the jobs still in question.
+    rows = np.flatnonzero(ok)
+    need = np.fromiter((left(jobs[k]) for k in rows.tolist()), float, len(rows))
+    if not np.isfinite(need).all():
         return everyone
     # The rule: left + cost < other for some victim; passed over only when left is above
     # every victim's other - cost by more than rounding could explain.
     top = (other - cost).max()
     slack = _SLACK * (np.abs(other).max() + np.abs(cost).max() + np.abs(need))
-    ok &= need <= top + slack
     # The rule: lost <= loss_bound x left for some victim (the same float operations).
-    ok &= ~(lost.min() > loss_bound * need)
+    ok[rows] = (need <= top + slack) & ~(lost.min() > loss_bound * need)
     return ok
 
 
