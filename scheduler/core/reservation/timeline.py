@@ -159,20 +159,25 @@ class ReleaseTimeline:
                     entry[3] += occ.gpu_compute_percent or 0
         gpus = self._gpus
         gpus_of: dict[str, dict[int, Any]] = {}
-        setdefault = ready.setdefault
         # Nodes with some wholly free GPU: the only ones `fill` adds anything for.
         some_free = set(cap.nodes_with_whole_free(1))
+        usable: dict[tuple[str, str, int], bool] = {}  # by (node, model, memory): eligible
         for when, node, idx in self._releases(extra, now):
             by_index = gpus_of.get(node)
             if by_index is None:
                 by_index = gpus_of[node] = cap.gpus_by_index(node)
             held = by_index.get(idx)
-            if held is None or not eligible(node, held):
+            if held is None:
                 continue
-            where = (node, idx)
-            totals = extra.get(where) if extra else None
+            kind = (node, held.model, held.memory_mb)
+            ok = usable.get(kind)
+            if ok is None:
+                ok = usable[kind] = eligible(node, held)
+            if not ok:
+                continue
+            totals = extra.get((node, idx)) if extra else None
             if totals is None:
-                totals = gpus[where]
+                totals = gpus[node, idx]
             if not totals[1]:
                 mem, comp = cap.free_on(node, idx)
                 if not (comp + totals[3] >= FULL_COMPUTE and mem + totals[2] >= held.memory_mb):
@@ -182,7 +187,9 @@ class ReleaseTimeline:
                     fill(node)
                 else:
                     filled.add(node)
-            indices = setdefault((node, held.model, held.memory_mb), [])
+            indices = ready.get(kind)
+            if indices is None:
+                indices = ready[kind] = []
             indices.append(idx)
             if len(indices) >= need:
                 return node, when, tuple(sorted(indices[:need]))
