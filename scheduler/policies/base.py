@@ -229,6 +229,7 @@ class Cycle(QueueWalk, CyclePreemption):
                 self.now,
                 use_predictions=self.reserve_with_predictions,
                 incremental=self.fast,
+                running_changes=self.snapshot.running_changes,
             )
             if found is None:
                 return None
