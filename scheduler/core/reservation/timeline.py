@@ -10,7 +10,7 @@ from collections.abc import Iterator
 from typing import Any
 
 from scheduler.core._capacity_index import node_count
-from scheduler.core.model import FULL_COMPUTE, RunningJob
+from scheduler.core.model import FULL_COMPUTE, RunningChanges, RunningJob
 from scheduler.core.placement import FreeCapacity
 from scheduler.core.reservation.members import host_bound, kind_eligibility
 from scheduler.core.reservation.occupants import Occupant, running_occupants
@@ -26,6 +26,8 @@ class ReleaseTimeline:
     (frozen) RunningJob objects over (the simulator) pays for the jobs that started or
     ended, one that builds new objects every cycle (production) rebuilds it. A job is
     never trusted by id alone: an entry counts only while it is the very same object.
+    Where the snapshot says which jobs started and stopped since the running jobs of the
+    last call (`Snapshot.running_changes`), only those are looked at.
     """
 
     def __init__(self, use_predictions: bool) -> None:
@@ -36,12 +38,24 @@ class ReleaseTimeline:
         self._sorted: list[tuple[float, str, int]] = []
         self._built = False  # whether _gpus and _sorted hold the jobs of _jobs
         self.rebuilds = 0  # syncs that found none of the jobs of the last (tests, benches)
+        self.changes_used = 0  # syncs answered from the snapshot's running_changes
+        # The running jobs last synced to (held, so its identity stays its own).
+        self._synced: tuple[RunningJob, ...] | None = None
 
-    def sync(self, running: tuple[RunningJob, ...]) -> bool:
+    def sync(self, running: tuple[RunningJob, ...], changes: RunningChanges | None = None) -> bool:
         """Bring the timeline up to these running jobs; False when the caller should sweep
         them the plain way: when none of the jobs of the last call is left (a driver that
         builds new objects every cycle would pay for a rebuild every cycle) or one object
         is listed twice. Built on the first call that finds jobs of the last one."""
+        synced, self._synced = self._synced, None
+        if running is synced:
+            self._synced = running
+            return True
+        if changes is not None and synced is not None and changes.before is synced:
+            if self._apply_changes(running, changes):
+                self.changes_used += 1
+                self._synced = running
+                return True
         now_jobs = dict(zip(map(id, running), running, strict=True))
         jobs = self._jobs
         if len(now_jobs) != len(running):
@@ -62,6 +76,30 @@ class ReleaseTimeline:
         for k in now_jobs.keys() - jobs.keys():
             self._apply(now_jobs[k], 1, touched)
         self._jobs = now_jobs
+        self._resort(touched)
+        self._synced = running
+        return True
+
+    def _apply_changes(self, running: tuple[RunningJob, ...], changes: RunningChanges) -> bool:
+        """Take off the jobs that stopped and add those that started, when the changes are
+        consistent with the jobs held and the new list (else nothing is touched)."""
+        jobs, removed, added = self._jobs, changes.removed, changes.added
+        if not self._built or len(running) != len(jobs) - len(removed) + len(added):
+            return False
+        gone = [id(r) for r in removed]
+        pairs = zip(gone, removed, strict=True)
+        if len(set(gone)) != len(gone) or any(jobs.get(k) is not r for k, r in pairs):
+            return False
+        new = [id(r) for r in added]
+        if len(set(new)) != len(new) or any(k in jobs for k in new):
+            return False
+        touched: dict[tuple[str, int], tuple[float, str, int] | None] = {}
+        for k, r in zip(gone, removed, strict=True):
+            del jobs[k]
+            self._apply(r, -1, touched)
+        for k, r in zip(new, added, strict=True):
+            jobs[k] = r
+            self._apply(r, 1, touched)
         self._resort(touched)
         return True
 
@@ -187,12 +225,12 @@ class ReleaseTimeline:
                     fill(node)
                 else:
                     filled.add(node)
-            indices = ready.get(kind)
-            if indices is None:
-                indices = ready[kind] = []
-            indices.append(idx)
-            if len(indices) >= need:
-                return node, when, tuple(sorted(indices[:need]))
+            listed = ready.get(kind)
+            if listed is None:
+                listed = ready[kind] = []
+            listed.append(idx)
+            if len(listed) >= need:
+                return node, when, tuple(sorted(listed[:need]))
         return None
 
     def _releases(
@@ -240,14 +278,16 @@ def earliest_start_running(
     *,
     use_predictions: bool,
     incremental: bool = True,
+    running_changes: RunningChanges | None = None,
 ) -> tuple[str, float, tuple[int, ...]] | None:
     """`earliest_start` over the running jobs' occupants and this cycle's placements; with
-    `incremental`, through the release timeline carried across cycles where it answers."""
+    `incremental`, through the release timeline carried across cycles where it answers
+    (brought up to date from `running_changes`, the snapshot's, where given)."""
     if incremental and ReleaseTimeline.handles(job, cap):
         timeline = _TIMELINES.get(use_predictions)
         if timeline is None:
             timeline = _TIMELINES[use_predictions] = ReleaseTimeline(use_predictions)
-        if timeline.sync(running):
+        if timeline.sync(running, running_changes):
             return timeline.earliest_start(job, cap, placed, now)
     occupants = running_occupants(running, use_predictions=use_predictions)
     return earliest_start(job, cap, occupants + placed, now)

@@ -8,6 +8,7 @@ from dataclasses import replace
 import pytest
 
 from scheduler.core import quota
+from scheduler.core.reservation import ReleaseTimeline, timeline
 from scheduler.policies import get_policy, priority
 from scheduler.sim.cluster import parse_cluster
 from scheduler.sim.engine import PolicyDriver, simulate
@@ -105,8 +106,26 @@ def test_a_run_with_the_running_changes_equals_one_without(jobs, name):
 
     config = SimConfig(team_guaranteed=equal_guarantees(jobs, CLUSTER.total_gpus))
     used = quota._RUNNING.changes_used
+    timelines = timeline._TIMELINES.values()
+    swept = sum(t.changes_used for t in timelines)
     told = simulate(jobs, CLUSTER, PolicyDriver(_Recorder(name)), config)
     assert quota._RUNNING.changes_used > used + 50
+    if name == "priority":  # reserves for the first job that does not fit
+        assert sum(t.changes_used for t in timelines) > swept + 20
     plain = simulate(jobs, CLUSTER, PolicyDriver(_NoRunningChanges(name)), config)
     assert _outcome(told) == _outcome(plain)
     assert told.cycles == plain.cycles
+
+
+@pytest.mark.parametrize("predictions", [False, True])
+def test_release_timeline_from_running_changes_equals_one_compared(jobs, predictions):
+    recorder = _Recorder("las")  # preempts: jobs stop before their end
+    simulate(jobs, CLUSTER, PolicyDriver(recorder), SimConfig())
+    told, compared = ReleaseTimeline(predictions), ReleaseTimeline(predictions)
+    for snapshot in recorder.snapshots:
+        assert told.sync(snapshot.running, snapshot.running_changes) == compared.sync(
+            snapshot.running
+        )
+        assert told._sorted == compared._sorted
+        assert told._gpus == compared._gpus
+    assert told.changes_used > 50 and not compared.changes_used
