@@ -99,12 +99,15 @@ class FreeGpus:
         for name in self._dirty:
             old = self.nodes[name]
             free = self._free[name]
+            gpus = list(old.gpus)
+            for p, g in enumerate(gpus):
+                mem, comp = free[g.index]
+                # (A GPU no start or stop changed keeps its frozen state.)
+                if g.free_memory_mb != mem or g.free_compute_percent != comp:
+                    gpus[p] = GpuState(g.index, g.model, g.memory_mb, mem, comp)
             self.nodes[name] = NodeState(
                 name=name,
-                gpus=tuple(
-                    GpuState(g.index, g.model, g.memory_mb, free[g.index][0], free[g.index][1])
-                    for g in old.gpus
-                ),
+                gpus=tuple(gpus),
                 schedulable=old.schedulable,
                 labels=old.labels,
                 cpus=old.cpus,
