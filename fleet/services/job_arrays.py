@@ -19,8 +19,8 @@ from django.db import transaction
 from django.db.models import Count
 
 from fleet.errors import ApplicationError, NotAllowed, NotFound
-from fleet.models import Job, JobEvent, JobState
-from fleet.models.jobs import ACTIVE_STATES, QUEUED_STATES, ActorKind, JobArray
+from fleet.models import Job
+from fleet.models.jobs import ACTIVE_STATES, QUEUED_STATES, JobArray
 from fleet.services import messaging
 from fleet.services.access import admin_team_ids
 from fleet.services.job_batches import job_cancel_queued_many
@@ -30,6 +30,7 @@ from fleet.services.jobs import (
     JobRequest,
     job_validate,
     stop_previous_attempt,
+    submitted_event,
     user_memberships,
 )
 from scheduler.cycle.admission import fleet_nodes
@@ -128,18 +129,6 @@ def array_indices(spec: Any) -> list[int]:
     return sorted(seen)
 
 
-def _submitted(user: Any) -> JobEvent:
-    """The first event of every job of a bulk submit or an array (its job left unset)."""
-    return JobEvent(
-        from_state="",
-        to_state=JobState.PENDING,
-        attempt=0,
-        reason="submitted",
-        actor_kind=ActorKind.USER,
-        actor=user.get_username(),
-    )
-
-
 def job_array_submit(*, user: Any, request: JobRequest, array: Any) -> tuple[JobArray, list[Job]]:
     """One job per index of `array` (see `array_indices`), all from one request validated
     once; the array and its tasks (in index order) once committed."""
@@ -157,7 +146,7 @@ def job_array_submit(*, user: Any, request: JobRequest, array: Any) -> tuple[Job
             Job(owner=user, team=team, array=job_array, array_index=index, **values)
             for index in indices
         ]
-        jobs_insert_with_events(jobs=jobs, event=_submitted(user), batch=BATCH)
+        jobs_insert_with_events(jobs=jobs, event=submitted_event(user), batch=BATCH)
         messaging.request_schedule()
     return job_array, jobs
 
@@ -198,7 +187,7 @@ def jobs_submit_many(*, user: Any, requests: list[JobRequest]) -> list[Job]:
             raise _item_error(index, exc) from exc
         jobs.append(Job(owner=user, team=team, **values))
     with transaction.atomic():
-        jobs_insert_with_events(jobs=jobs, event=_submitted(user), batch=BATCH)
+        jobs_insert_with_events(jobs=jobs, event=submitted_event(user), batch=BATCH)
         messaging.request_schedule()
     return jobs
 

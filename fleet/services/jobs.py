@@ -276,10 +276,10 @@ def job_validate(
     return team, admit(values, team, user.get_username(), nodes)
 
 
-def job_submit(*, user: Any, request: JobRequest) -> Job:
-    team, values = job_validate(user=user, request=request)
-    job = Job(owner=user, team=team, **values)
-    event = JobEvent(
+def submitted_event(user: Any) -> JobEvent:
+    """A job's first event, "submitted" by `user` (its job left unset: the caller writes
+    both, fleet.services.job_insert)."""
+    return JobEvent(
         from_state="",
         to_state=JobState.PENDING,
         attempt=0,
@@ -287,6 +287,12 @@ def job_submit(*, user: Any, request: JobRequest) -> Job:
         actor_kind=ActorKind.USER,
         actor=user.get_username(),
     )
+
+
+def job_submit(*, user: Any, request: JobRequest) -> Job:
+    team, values = job_validate(user=user, request=request)
+    job = Job(owner=user, team=team, **values)
+    event = submitted_event(user)
     # One statement for both rows (fleet.services.job_insert); the cycle is asked for once
     # it has committed (at once, outside a transaction).
     job_insert_with_event(job=job, event=event)

@@ -237,6 +237,24 @@ class RunningChanges:
     added: tuple[RunningJob, ...]
     removed: tuple[RunningJob, ...]
 
+    def keys_against(
+        self, held: Mapping[int, RunningJob], running: tuple[RunningJob, ...]
+    ) -> tuple[list[int], list[int]] | None:
+        """The keys (`id()`) of the jobs that stopped and of those that started, when these
+        changes take `held` (the jobs a structure holds, by `id()`) to `running`: every
+        stopped job held, no started one held, none twice; None otherwise (the caller then
+        compares the lists as a whole)."""
+        if len(running) != len(held) - len(self.removed) + len(self.added):
+            return None
+        gone = [id(r) for r in self.removed]
+        pairs = zip(gone, self.removed, strict=True)
+        if len(set(gone)) != len(gone) or any(held.get(k) is not r for k, r in pairs):
+            return None
+        new = [id(r) for r in self.added]
+        if len(set(new)) != len(new) or any(k in held for k in new):
+            return None
+        return gone, new
+
 
 @dataclass(frozen=True, slots=True)
 class Snapshot:

@@ -230,16 +230,12 @@ class RunningTotals:
     def _apply(self, running: tuple[RunningJob, ...], changes: RunningChanges) -> bool:
         """Take off the jobs that stopped and add those that started, when the changes are
         consistent with the jobs held and the new list (else nothing is touched)."""
-        jobs, removed, added = self._jobs, changes.removed, changes.added
-        if not self._built or len(running) != len(jobs) - len(removed) + len(added):
+        jobs = self._jobs
+        keys = changes.keys_against(jobs, running) if self._built else None
+        if keys is None:
             return False
-        gone = [id(j) for j in removed]
-        pairs = zip(gone, removed, strict=True)
-        if len(set(gone)) != len(gone) or any(jobs.get(k) is not j for k, j in pairs):
-            return False
-        new = [id(j) for j in added]
-        if len(set(new)) != len(new) or any(k in jobs for k in new):
-            return False
+        gone, new = keys
+        added = changes.added
         for k in gone:
             self._add(jobs.pop(k), -1)
         for k, job in zip(new, added, strict=True):

@@ -83,16 +83,12 @@ class ReleaseTimeline:
     def _apply_changes(self, running: tuple[RunningJob, ...], changes: RunningChanges) -> bool:
         """Take off the jobs that stopped and add those that started, when the changes are
         consistent with the jobs held and the new list (else nothing is touched)."""
-        jobs, removed, added = self._jobs, changes.removed, changes.added
-        if not self._built or len(running) != len(jobs) - len(removed) + len(added):
+        jobs = self._jobs
+        keys = changes.keys_against(jobs, running) if self._built else None
+        if keys is None:
             return False
-        gone = [id(r) for r in removed]
-        pairs = zip(gone, removed, strict=True)
-        if len(set(gone)) != len(gone) or any(jobs.get(k) is not r for k, r in pairs):
-            return False
-        new = [id(r) for r in added]
-        if len(set(new)) != len(new) or any(k in jobs for k in new):
-            return False
+        gone, new = keys
+        removed, added = changes.removed, changes.added
         touched: dict[tuple[str, int], tuple[float, str, int] | None] = {}
         for k, r in zip(gone, removed, strict=True):
             del jobs[k]
