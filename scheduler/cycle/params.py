@@ -82,7 +82,7 @@ COMMON: dict[str, Param] = {
         "numbers", None, 0.0, help="GPU-hours bounding LAS queues.", maximum=1e9
     ),
     "las_preemption": Param("bool", True),
-    # What a preemption costs and when it pays (scheduler/core/preemption.py,
+    # What a preemption costs and when it pays (scheduler/core/preemption_cost.py,
     # docs/preemption.md); read by every policy's cycle.
     "preemption_restart_overhead": Param(
         "number", 60.0, 0.0, help="Seconds a preempted job spends restarting.", maximum=DAY

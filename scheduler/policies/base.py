@@ -36,7 +36,7 @@ from scheduler.core.model import (
     Wait,
 )
 from scheduler.core.placement import Choice, FreeCapacity, Members
-from scheduler.core.preemption import PreemptionCost
+from scheduler.core.preemption_cost import PreemptionCost
 from scheduler.core.quota import QuotaLedger
 from scheduler.core.reservation import (
     earliest_start_members,
@@ -110,7 +110,7 @@ class Cycle(QueueWalk, CyclePreemption):
         self._preempt_fails: set[tuple[Any, ...]] = set()
         self._profile: FleetProfile | None = None
         # What a preemption costs, and the per-job cap: a job preempted that often already
-        # is no longer a victim (scheduler/core/preemption.py).
+        # is no longer a victim (scheduler/core/preemption_cost.py).
         self.costs = PreemptionCost.from_settings(self.settings)
         self._victims: list[RunningJob] | None = None  # preemptible, below the cap
         self._team_positions: dict[str, list[int]] | None = None  # of each team in _victims

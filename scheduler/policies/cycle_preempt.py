@@ -11,7 +11,8 @@ import numpy as np
 
 from scheduler.core.model import PendingJob, Preempt, RunningJob, Snapshot
 from scheduler.core.placement import FreeCapacity
-from scheduler.core.preemption import PreemptionCost, choose_victims, qos_rank
+from scheduler.core.preemption import choose_victims
+from scheduler.core.preemption_cost import PreemptionCost, qos_rank
 from scheduler.core.quota import QuotaLedger
 
 VictimRule = Callable[[PendingJob, RunningJob], str | None]

@@ -9,7 +9,7 @@ from typing import Any
 import numpy as np
 
 from scheduler.core.model import PendingJob, Plan, RunningJob, Snapshot
-from scheduler.core.preemption import PreemptionCost, mean_residual
+from scheduler.core.preemption_cost import PreemptionCost, mean_residual
 from scheduler.core.service_distribution import ServiceDistribution, bucket
 from scheduler.policies.base import Cycle
 from scheduler.policies.gittins_hint import may_allow_any

@@ -6,7 +6,7 @@ from collections.abc import Callable, Iterable
 from typing import Any
 
 from scheduler.core.model import PendingJob, Snapshot
-from scheduler.core.preemption import QOS_RANKS_DEFAULT
+from scheduler.core.preemption_cost import QOS_RANKS_DEFAULT
 from scheduler.policies.gittins import GittinsPolicy, Tiers
 from scheduler.policies.priority import setting
 

@@ -7,7 +7,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from scheduler.core.model import PendingJob, Plan, RunningJob, Snapshot
-from scheduler.core.preemption import PreemptionCost, mean_residual
+from scheduler.core.preemption_cost import PreemptionCost, mean_residual
 from scheduler.policies.base import Cycle, VictimRule, cycle_may_preempt
 from scheduler.policies.preemptive import PreemptivePolicy
 

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from scheduler.core.model import FULL_COMPUTE, PendingJob, Plan, Snapshot
-from scheduler.core.preemption import QOS_RANKS_DEFAULT
+from scheduler.core.preemption_cost import QOS_RANKS_DEFAULT
 from scheduler.policies.base import Cycle, cycle_may_preempt
 from scheduler.policies.cycle_parts import QueueRest
 from scheduler.policies.priority_rows import QueueRows

@@ -1,7 +1,8 @@
 from dataclasses import replace
 
 from scheduler.core.placement import FreeCapacity
-from scheduler.core.preemption import PreemptionCost, choose_victims, mean_residual
+from scheduler.core.preemption import choose_victims
+from scheduler.core.preemption_cost import PreemptionCost, mean_residual
 from scheduler.policies import get_policy
 from tests.scheduler.core.builders import job, node, placed, running, snap, team, waits
 

@@ -2,7 +2,7 @@
 
 from dataclasses import replace
 
-from scheduler.core.preemption import PreemptionCost
+from scheduler.core.preemption_cost import PreemptionCost
 from scheduler.policies import get_policy
 from tests.scheduler.core.builders import job, node, running, snap, team
 

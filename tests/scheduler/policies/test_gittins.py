@@ -10,7 +10,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from scheduler.core.model import RunningJob, Snapshot
-from scheduler.core.preemption import PreemptionCost
+from scheduler.core.preemption_cost import PreemptionCost
 from scheduler.core.service_distribution import ServiceDistribution, bucket, summarize
 from scheduler.policies import get_policy
 from tests.scheduler.core.builders import job, node, running, snap
