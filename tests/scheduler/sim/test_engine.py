@@ -167,3 +167,32 @@ def test_team_usage_decays_with_the_settings_half_life():
     assert state.snapshot().teams["a"].decayed_usage == pytest.approx(used)
     state.advance(2 * h)
     assert state.snapshot().teams["a"].decayed_usage == pytest.approx(used / 2)
+
+
+def test_a_replay_pauses_the_cyclic_collector_and_gives_it_back_as_it_was(monkeypatch):
+    import gc
+
+    from scheduler.sim import engine
+
+    seen = []
+
+    class Watching(PolicyDriver):
+        def cycle(self, state):
+            seen.append(gc.isenabled())
+            return super().cycle(state)
+
+    young = []
+    monkeypatch.setattr(engine, "GC_YOUNG_EVERY", 2)
+    real_collect = gc.collect
+    monkeypatch.setattr(engine.gc, "collect", lambda generation=2: young.append(generation))
+    try:
+        for enabled in (True, False):
+            (gc.enable if enabled else gc.disable)()
+            seen.clear()
+            simulate(TWO, ONE_GPU, Watching(get_policy("fcfs")), SimConfig())
+            assert seen and not any(seen)  # paused during the run
+            assert gc.isenabled() is enabled  # and as it was after
+    finally:
+        gc.enable()
+        monkeypatch.setattr(engine.gc, "collect", real_collect)
+    assert young and set(young) == {1}  # only the young generations, every few steps
