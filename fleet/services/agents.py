@@ -306,7 +306,11 @@ def _lose_missing(node: Node, listed: set[tuple[int, int]], now: datetime) -> No
     grace covers a heartbeat sent before the job started; a job listed again is no longer
     missing."""
     grace = missing_grace_s()
-    rows = set(Job.objects.filter(node=node, state=JobState.RUNNING).values_list("id", "attempt"))
+    rows = set(
+        Job.objects.filter(node=node, state=JobState.RUNNING).values_list(
+            "id", "attempt", "assigned_at"
+        )
+    )
     # Members of multi-node jobs on this node that reported their start.
     rows |= set(
         JobMember.objects.filter(
@@ -315,24 +319,28 @@ def _lose_missing(node: Node, listed: set[tuple[int, int]], now: datetime) -> No
             state=MemberState.RUNNING,
             job__state=JobState.RUNNING,
             attempt=F("job__attempt"),
-        ).values_list("job_id", "attempt")
+        ).values_list("job_id", "attempt", "job__assigned_at")
     )
     try:
         cache.delete_many([f"agents:missing:{job_id}.{attempt}" for job_id, attempt in listed])
     except Exception:
         return  # no cache, no memory of earlier heartbeats: decide later
-    for job_id, attempt in rows:
+    for job_id, attempt, assigned_at in rows:
         if (job_id, attempt) in listed:
             continue
         marker = f"agents:missing:{job_id}.{attempt}"
+        # The marker names the dispatch it was set for: one left by an earlier database
+        # (restored from a backup, or made anew, where ids and attempts repeat) or by
+        # anything but this very dispatch starts the grace over instead of cutting it short.
+        dispatched = assigned_at.timestamp() if assigned_at is not None else None
         try:
-            since = cache.get(marker)
-            if since is None:
-                cache.set(marker, now.timestamp(), timeout=int(grace * 3) + 1)
+            seen = cache.get(marker)
+            if not (isinstance(seen, list) and len(seen) == 2 and seen[1] == dispatched):
+                cache.set(marker, [now.timestamp(), dispatched], timeout=int(grace * 3) + 1)
                 continue
         except Exception:
             return
-        if now.timestamp() - since < grace:
+        if now.timestamp() - seen[0] < grace:
             continue
         try:
             with transaction.atomic():

@@ -316,6 +316,24 @@ def test_a_running_job_its_node_stops_listing_is_lost_after_the_grace(
     assert Job.objects.get(pk=kept.pk).state == "running"
 
 
+@pytest.mark.parametrize("left", ["float", "other dispatch"])
+def test_a_missing_marker_left_for_another_dispatch_does_not_cut_the_grace_short(
+    node: Node, owner: Any, team: Any, left: str
+) -> None:
+    # Markers live in Redis, which outlives a database made anew or restored from a backup,
+    # where job ids and attempts repeat: a marker set long ago for "job N, attempt 1" of
+    # that other database must not make this job N lost at its first unlisted heartbeat.
+    job = running_job(node, owner, team)
+    now = timezone.now()
+    long_ago = (now - timedelta(seconds=600)).timestamp()
+    stale: Any = long_ago if left == "float" else [long_ago, long_ago - 5]
+    cache.set(f"agents:missing:{job.pk}.1", stale, timeout=300)
+    agent_heartbeat(node=node, running=[], now=now)
+    assert Job.objects.get(pk=job.pk).state == "running"  # the grace starts now
+    agent_heartbeat(node=node, running=[], now=now + timedelta(seconds=31))
+    assert Job.objects.get(pk=job.pk).state == "pending"  # and still ends
+
+
 def test_a_draining_node_that_went_down_comes_back_draining(node: Node, staff: Any) -> None:
     from fleet.services.nodes import node_drain, node_resume
 
