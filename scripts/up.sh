@@ -39,7 +39,13 @@ if [ ! -s "$VAR/demo-admin-password" ]; then
   chmod 600 "$VAR/demo-admin-password"
 fi
 password=$(cat "$VAR/demo-admin-password")
-token=$($BIN/python manage.py add_user admin --team demo --team-admin --staff --password "$password" 2>/dev/null | tail -n 1)
+# Its warnings go to a log; a failure says why instead of ending the script without a word.
+if ! token=$($BIN/python manage.py add_user admin --team demo --team-admin --staff \
+    --password "$password" 2>"$VAR/log/add_user.log" | tail -n 1); then
+  echo "could not create the demo admin; manage.py add_user said:" >&2
+  cat "$VAR/log/add_user.log" >&2
+  exit 1
+fi
 
 pids=()
 agents=()
