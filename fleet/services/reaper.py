@@ -87,9 +87,9 @@ class Hearing:
     Each round the reaper notes when it ran. A round that finds the previous one older than
     the shortest heartbeat timeout of any node knows the control side heard nothing in
     between (nothing ran that could apply a heartbeat or a report), and remembers that gap
-    (`deaf_from` to `since`). A moment before the gap is then read as that much later
-    (`shifted`), so a node's silence and a start's wait count only time when the control
-    side was listening. With no record (the first round, or Redis lost its data) nothing is
+    (`deaf_from` to `since`). A moment before the gap is then read as that much later, and
+    one inside it as the gap's end (`shifted`), so a node's silence and a start's wait count
+    only time when the control side was surely listening. With no record (the first round, or Redis lost its data) nothing is
     known of the past: every moment before this round counts as this round's."""
 
     def __init__(self, deaf_from: float | None, since: float) -> None:
@@ -102,9 +102,12 @@ class Hearing:
             return moment
         if self.deaf_from is None:
             return datetime.fromtimestamp(self.since, tz=moment.tzinfo)
-        if at > self.deaf_from:
-            return moment  # heard inside the gap: the control side was listening then
-        return moment + timedelta(seconds=self.since - self.deaf_from)
+        # Heard inside the gap: the control side listened then, but may have gone deaf any
+        # moment after (a database outage that began just after a heartbeat was applied), so
+        # the node's silence counts from the gap's end. Counting it from the heartbeat would
+        # declare nodes lost, and requeue jobs that ended during the outage, for silence
+        # nobody could hear.
+        return moment + timedelta(seconds=self.since - max(at, self.deaf_from))
 
 
 def hearing_update(*, now: datetime, max_gap_s: float) -> Hearing:
