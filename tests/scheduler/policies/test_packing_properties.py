@@ -41,7 +41,8 @@ def test_ilp_model_is_exact(snapshot: Snapshot) -> None:
     objective without the packing term is the placed value, and the plan is never below
     greedy's over the jobs in the solver's model. The solver's own optimum may be: each
     fraction sees a bounded set of candidate GPU groups, which can cut the plan greedy
-    finds, and the policy then keeps greedy's plan and says so. Jobs outside the model
+    finds; best fit then places what the solver left, and where that still scores below
+    greedy the policy keeps greedy's plan and says so. Jobs outside the model
     (several nodes, host CPUs or memory) are placed by best fit after the solver, so
     greedy is compared without them."""
     values = job_values(snapshot, {})
@@ -56,5 +57,7 @@ def test_ilp_model_is_exact(snapshot: Snapshot) -> None:
         assert last.value is not None
         assert abs(last.objective - last.value) < 1e-6
         assert plan_value(plan, values) >= plan_value(greedy, values) - 1e-6
-        if last.objective < plan_value(greedy, values) - 1e-6:
-            assert any("kept greedy's plan" in n for n in plan.notes), plan.notes
+        # Below greedy on its own (last.objective), the solver's plan may still reach
+        # greedy's value once its fractions are placed again and best fit fills what it
+        # left; where it does not, greedy's plan is kept. Either way the plan is not below
+        # greedy's, which is what the line above holds it to.
