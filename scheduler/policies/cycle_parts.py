@@ -99,15 +99,27 @@ class HeldReservation:
 class QueueRest:
     """Where in a queue the jobs are that might start, from what they need: whole GPUs on
     one node (a multi-node gang its GPUs per node; 0 for a fraction) and their time
-    limits; and whether every one of them asks for some GPU share."""
+    limits; and whether every one of them asks for some GPU share. With the jobs
+    themselves (`jobs`), a fraction's compute share and GPU model are read too, once no
+    GPU is wholly free, so that fractions no partly used GPU has room for are passed over."""
 
-    def __init__(self, per_node: np.ndarray, limits: np.ndarray, share: np.ndarray) -> None:
+    def __init__(
+        self,
+        per_node: np.ndarray,
+        limits: np.ndarray,
+        share: np.ndarray,
+        jobs: Sequence[PendingJob] | None = None,
+    ) -> None:
         self.size = len(per_node)
         self._need = np.maximum(per_node, 1)  # a fraction needs one GPU with room
         self._fraction = per_node == 0
         self._limits = limits
         self.all_share = bool(share.all())
+        self.jobs = jobs
         self._short: tuple[float, float, np.ndarray] | None = None
+        # The fractions' positions, compute shares and model codes (-1: any model).
+        self._fractions: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+        self._models: list[str] = []
 
     @classmethod
     def of(cls, jobs: list[PendingJob]) -> QueueRest:
@@ -115,24 +127,54 @@ class QueueRest:
         per_node = np.fromiter(map(per_node_need, jobs), np.int64, n)
         limits = np.fromiter([j.time_limit for j in jobs], float, n)
         share = np.fromiter([bool(j.gpus or j.gpu_equivalent > 1e-6) for j in jobs], bool, n)
-        return cls(per_node, limits, share)
+        return cls(per_node, limits, share, jobs)
 
     def may_start(
-        self, i: int, largest: int, partial: bool, short: tuple[float, float, int] | None
+        self,
+        i: int,
+        largest: int,
+        partial: Mapping[str, int],
+        short: tuple[float, float, int] | None,
     ) -> np.ndarray:
         """Over the positions from i on: whether the job needs at most `largest` GPUs, or
-        is a fraction while `partial`, or, with `short` = (now, start, room), ends by
-        `start` when started at `now` and needs at most `room` GPUs or is a fraction."""
+        is a fraction asking for no more compute than some partly used GPU of its model
+        has free (`partial`: per model, the most free compute of such a GPU), or, with
+        `short` = (now, start, room), ends by `start` when started at `now` and needs at
+        most `room` GPUs or is a fraction."""
         need, fraction = self._need[i:], self._fraction[i:]
         mask = need <= largest
-        if partial:
-            mask |= fraction
+        if partial and largest < 1:  # (with a whole GPU free every fraction passes)
+            if self.jobs is None:
+                mask |= fraction
+            else:
+                pos, comp, model = self._fractions_from(i)
+                top = max(partial.values())
+                bound = np.array([partial.get(m, 0) for m in self._models] + [top])
+                mask[pos[comp <= bound[model]] - i] = True
         if short is not None:
             now, start, room = short
             if self._short is None or self._short[:2] != (now, start):
                 self._short = (now, start, now + self._limits <= start)
             mask |= self._short[2][i:] & (fraction | (need <= room))
         return mask
+
+    def _fractions_from(self, i: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The fractions at positions from i on: positions, compute shares (at least 1,
+        as a partly used GPU has), model codes into `_models` (-1: no model asked)."""
+        if self._fractions is None:
+            assert self.jobs is not None
+            pos = np.flatnonzero(self._fraction)
+            jobs = [self.jobs[p] for p in pos.tolist()]
+            comp = np.fromiter((max(j.gpu_compute_percent or 0, 1) for j in jobs), np.int64)
+            codes: dict[str | None, int] = {None: -1}
+            model = np.fromiter(
+                (codes.setdefault(j.gpu_model, len(codes) - 1) for j in jobs), np.int64
+            )
+            self._models = [m for m in codes if m is not None]
+            self._fractions = (pos, comp, model)
+        pos, comp, model = self._fractions
+        s = int(np.searchsorted(pos, i))
+        return pos[s:], comp[s:], model[s:]
 
 
 class GuaranteeTest:

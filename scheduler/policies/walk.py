@@ -87,6 +87,8 @@ class QueueWalk:
                 return
             if rest is None:
                 rest = QueueRest.of(jobs)
+            elif rest.jobs is None:
+                rest.jobs = jobs
             if may_settle is None:
                 may_settle = True
                 # Reclaiming needs a team within its guarantee: with none guaranteed, a job
@@ -147,7 +149,7 @@ class QueueWalk:
             # node's whole free GPUs plus the held GPUs that were wholly free.
             room = max(len(self.cap.whole_free(n)) + held.whole_held(n) for n in held.nodes)
             short = (self.now, held.start, room)
-        mask = rest.may_start(i, largest, self.cap.has_partial(), short)
+        mask = rest.may_start(i, largest, self.cap.partial_compute(), short)
         if len(self.preempts) < self._max_preempts:
             if reclaim is not None:
                 mask |= reclaim.within(i, self.quota.team_usage)

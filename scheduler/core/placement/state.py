@@ -217,6 +217,17 @@ class CapacityState:
         """Whether some schedulable GPU is partly used and still has room."""
         return any(ki.pmask for ki in self._kinds.values())
 
+    def partial_compute(self) -> dict[str, int]:
+        """Per GPU model, the most free compute percent of a partly used schedulable GPU
+        with room (models without one are absent)."""
+        best: dict[str, int] = {}
+        for ki in self._kinds.values():
+            if ki.pmask:
+                top = ki.pmask.bit_length() - 1
+                if top > best.get(ki.model, 0):
+                    best[ki.model] = top
+        return best
+
     def node_version(self, node: str) -> int:
         """A counter that changes whenever the node's free capacity changes."""
         return self._by_name[node].version
