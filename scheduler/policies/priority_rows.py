@@ -55,6 +55,10 @@ class QueueRows:
         self._last: dict[int, PendingJob] = {}
         # The queue the rows were last brought up to (held, so its identity stays its own).
         self._synced: tuple[PendingJob, ...] | None = None
+        # The rows in the order of the last call, and the rows handed out by then: the next
+        # order starts from it (rows keep their numbers until `_grow` or `_reset`).
+        self._ranked: np.ndarray | None = None
+        self._ranked_used = 0
 
     def sync(self, pending: tuple[PendingJob, ...], changes: PendingChanges | None = None) -> bool:
         """Bring the rows up to this queue; False when the plain path must answer."""
@@ -174,6 +178,7 @@ class QueueRows:
         jobs = np.empty(size, object)
         jobs[:kept] = self.jobs[rows]
         self.cols, self.jobs, self.used = cols, jobs, kept
+        self._ranked = None
         self.live = np.zeros(size, bool)
         self.live[:kept] = True
         self.slot = {id(j): r for r, j in enumerate(jobs[:kept].tolist())}
@@ -189,13 +194,47 @@ class QueueRows:
         qos_of_key = np.array(
             [qos_part.get(q, weights.qos_default) for _, q in self.key_list] or [0.0]
         )
-        rows = np.flatnonzero(self.live)
+        rows = self._last_order()
         submitted, gpus, compute, ids, nice, keys = self.cols[:6, rows]
         key = keys.astype(np.int64)
         scores = weights.scores(
             now, submitted, gpus, compute, team_of_key[key], qos_of_key[key], nice
         )
-        ranked = rows[np.lexsort((ids, submitted, -scores))]
+        ranked = rows[_rank(scores, submitted, ids)]
+        self._ranked, self._ranked_used = ranked, self.used
         per_node, limits, share = self.cols[6:, ranked]
         rest = QueueRest(per_node.astype(np.int64), limits, share > 0)
         return self.jobs[ranked].tolist(), rest
+
+    def _last_order(self) -> np.ndarray:
+        """The live rows: in the order of the last call, the rows added since after them
+        (scores move little between cycles, so this is nearly sorted already)."""
+        ranked = self._ranked
+        if ranked is None:
+            return np.flatnonzero(self.live)
+        live = self.live
+        rows = ranked[live[ranked]]
+        if self.used > self._ranked_used:
+            added = np.arange(self._ranked_used, self.used)
+            rows = np.concatenate((rows, added[live[added]]))
+        return rows
+
+
+def _rank(scores: np.ndarray, submitted: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """`np.lexsort((ids, submitted, -scores))`: by score (highest first), then submit
+    time, then id. A stable sort by score alone keeps nearly sorted input cheap; it is
+    the lexsort's answer when every run of equal scores it leaves is in (submit time, id)
+    order (ids are unique, so that order is the one answer), else the lexsort answers."""
+    ranked = np.argsort(-scores, kind="stable")
+    if len(ranked) < 2:
+        return ranked
+    by_score = scores[ranked]
+    if by_score[-1] != by_score[-1]:  # NaN (sorted last): left to the lexsort
+        return np.lexsort((ids, submitted, -scores))
+    tied = np.flatnonzero(by_score[:-1] == by_score[1:])
+    if len(tied):
+        a, b = ranked[tied], ranked[tied + 1]
+        sub_a, sub_b = submitted[a], submitted[b]
+        if not ((sub_a < sub_b) | ((sub_a == sub_b) & (ids[a] < ids[b]))).all():
+            return np.lexsort((ids, submitted, -scores))
+    return ranked

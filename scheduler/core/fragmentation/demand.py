@@ -123,8 +123,17 @@ def demand_from_jobs(jobs: Sequence[Any], sample: int = MAX_SAMPLE) -> Demand:
     """The shape mix of these jobs (an even sample of at most `sample` of them)."""
     if not jobs:
         return DEFAULT_DEMAND
-    step = max(1, len(jobs) // sample)
-    sampled = jobs[::step]
+    return _mix(jobs[:: max(1, len(jobs) // sample)])
+
+
+def _sampled(pending: Sequence[Any], running: Sequence[Any], sample: int) -> list[Any]:
+    """`(*pending, *running)[::step]` as demand_from_jobs samples it, without building the
+    joined tuple."""
+    step = max(1, (len(pending) + len(running)) // sample)
+    return [*pending[::step], *running[-len(pending) % step :: step]]
+
+
+def _mix(sampled: Sequence[Any]) -> Demand:
     n = len(sampled)
     if len(_SHAPES) + n > _SHAPES_MAX:  # (never within a sample: numbers stay valid)
         _SHAPES.clear()
@@ -133,7 +142,9 @@ def demand_from_jobs(jobs: Sequence[Any], sample: int = MAX_SAMPLE) -> Demand:
         _SHAPE_LIST.clear()
     numbers = np.fromiter(map(_NUMBER_BY_ID.get, map(id, sampled), repeat(-1, n)), np.int64, n)
     if n and numbers.min() < 0:
-        numbers = np.fromiter(map(_shape_number, sampled), np.int64, n)
+        # Only the jobs not seen before are looked at one by one.
+        for k in np.flatnonzero(numbers < 0).tolist():
+            numbers[k] = _shape_number(sampled[k])
     counts = np.bincount(numbers)
     shapes = _SHAPE_LIST
     return normalize((shapes[k], float(counts[k])) for k in np.flatnonzero(counts).tolist())
@@ -158,7 +169,7 @@ def demand_of_snapshot(snapshot: Any) -> Demand:
     pending, running = snapshot.pending, snapshot.running
     if _LAST and _LAST[0][0] is pending and _LAST[0][1] is running:
         return _LAST[0][2]
-    mix = demand_from_jobs((*pending, *running))
+    mix = _mix(_sampled(pending, running, MAX_SAMPLE)) if pending or running else DEFAULT_DEMAND
     found = normalize([*((sh, w * (1 - PRIOR)) for sh, w in mix), (DEFAULT_DEMAND[0][0], PRIOR)])
     _LAST[:] = [(pending, running, found)]
     return found

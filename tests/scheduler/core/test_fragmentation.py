@@ -7,6 +7,7 @@ from __future__ import annotations
 from dataclasses import replace
 from types import MappingProxyType
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -17,8 +18,10 @@ from scheduler.core.fragmentation import (
     demand_from_jobs,
     demand_of_snapshot,
     node_fragmentation,
+    shape_of,
 )
-from scheduler.core.model import GpuState, NodeState
+from scheduler.core.fragmentation.params import MAX_SAMPLE, PRIOR
+from scheduler.core.model import GpuState, NodeState, Snapshot
 from scheduler.core.placement import FreeCapacity
 from scheduler.policies import get_policy, policy_names
 from tests.scheduler.core.builders import frac, job, node, running, snap
@@ -146,6 +149,34 @@ def test_demand_comes_from_the_queue_with_a_prior_and_can_be_switched_off():
     off = replace(s, settings=MappingProxyType({"placement": "best_fit"}))
     assert not FreeCapacity.from_snapshot(off).fragmentation_aware
     assert demand_from_jobs([]) == DEFAULT_DEMAND
+
+
+def _mix_by_hand(jobs) -> dict:
+    """The sampled shape mix, counted in plain Python from `shape_of` of each job."""
+    step = max(1, len(jobs) // MAX_SAMPLE)
+    counts: dict = {}
+    for j in jobs[::step]:
+        counts[shape_of(j)] = counts.get(shape_of(j), 0) + 1
+    total = sum(counts.values())
+    return {sh: c / total for sh, c in counts.items()}
+
+
+@pytest.mark.parametrize("queued,busy", [(0, 3), (5, 0), (300, 250), (700, 9), (1030, 517)])
+def test_demand_samples_queue_and_running_jobs_as_one_list(queued, busy):
+    # Shapes vary along both lists, so a sample shifted by one job would count others.
+    pending = tuple(
+        job(i, 1 + i % 3) if i % 5 else frac(i, GB * (1 + i % 4), 25) for i in range(queued)
+    )
+    on = tuple(running(10_000 + i, "a", tuple(range(1 + i % 7 // 2))) for i in range(busy))
+    s = Snapshot(now=0.0, nodes=(node("a", 8),), pending=pending, running=on)
+    whole = (*pending, *on)
+    # Some of the jobs seen before (their shapes remembered), the others not.
+    demand_from_jobs(whole[::3])
+    got = dict(demand_of_snapshot(s))
+    assert dict(demand_from_jobs(whole)) == pytest.approx(_mix_by_hand(whole))
+    want = {sh: w * (1 - PRIOR) for sh, w in demand_from_jobs(whole)}
+    want[DemandShape(1)] = want.get(DemandShape(1), 0.0) + PRIOR
+    assert got == pytest.approx(want)
 
 
 def test_a_decayed_history_keeps_what_it_was_told_to_keep():

@@ -7,15 +7,18 @@ job object; whatever it saw before, its order must be the plain sort of the same
 
 from __future__ import annotations
 
+import random
 from dataclasses import replace
 from types import MappingProxyType
 
+import numpy as np
 from hypothesis import HealthCheck, assume, given, settings
 from hypothesis import strategies as st
 
-from scheduler.core.model import PendingChanges, PendingJob, Snapshot
+from scheduler.core.model import PendingChanges, PendingJob, Snapshot, TeamState
 from scheduler.policies import priority
 from scheduler.policies.priority import priority_order
+from scheduler.policies.priority_rows import _rank
 from tests.scheduler.policies.strategies import snapshots
 
 CHECKS = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -155,3 +158,64 @@ def test_changes_that_do_not_match_the_rows_are_not_used(first: Snapshot) -> Non
     told_right = _changed(first, second, [new], [])
     _check(told_right)
     assert priority._ROWS.changes_used == used + 1
+
+
+@CHECKS
+@given(
+    scores=st.lists(st.sampled_from([0.0, -0.0, 1.5, 2.0, 1e3, 1e3 + 1e-9]), max_size=40),
+    data=st.data(),
+)
+def test_rank_from_any_start_is_the_lexsort(scores: list[float], data: st.DataObject) -> None:
+    n = len(scores)
+    submitted = data.draw(st.lists(st.sampled_from([0.0, 5.0, 7.0]), min_size=n, max_size=n))
+    ids = data.draw(st.permutations(range(n)))
+    start = data.draw(st.permutations(range(n)))  # the rows' order before the sort
+    rows = np.array(start, np.int64)
+    s, sub, i = np.array(scores)[rows], np.array(submitted)[rows], np.array(ids, float)[rows]
+    want = np.lexsort((i, sub, -s))
+    assert _rank(s, sub, i).tolist() == want.tolist()
+
+
+def test_rank_with_ties_out_of_submit_order_falls_back_to_the_lexsort() -> None:
+    # Equal scores, rows in the wrong (submit time, id) order: the stable sort alone would
+    # keep them as they are.
+    scores = np.array([3.0, 3.0, 3.0, 9.0])
+    submitted = np.array([5.0, 5.0, 1.0, 0.0])
+    ids = np.array([2.0, 1.0, 3.0, 4.0])
+    assert _rank(scores, submitted, ids).tolist() == [3, 2, 1, 0]
+    nan = np.array([np.nan, 1.0, np.nan])
+    assert _rank(nan, np.zeros(3), np.array([2.0, 1.0, 0.0])).tolist() == [1, 2, 0]
+
+
+def test_order_carried_over_cycles_is_the_plain_order() -> None:
+    # Many cycles over one queue of carried objects: jobs start, new ones of every team
+    # arrive (some submitted before jobs already queued), usage and the clock move, so
+    # the last order is a stale start for the next; each order must be the plain sort.
+    rng = random.Random(7)
+    teams = ("a", "b", "c")
+    queue: list[PendingJob] = []
+    next_id = 1
+    now = 1000.0
+    for _cycle in range(60):
+        for _ in range(rng.randint(0, 6)):
+            queue.append(
+                PendingJob(
+                    next_id,
+                    rng.choice(teams),
+                    "u",
+                    now - rng.choice([0.0, 0.0, 30.0, 500.0]),
+                    600.0,
+                    gpus=rng.choice([1, 2, 8]),
+                    priority=rng.choice([0, 0, 5]),
+                )
+            )
+            next_id += 1
+        rng.shuffle(queue)
+        for _ in range(rng.randint(0, 3)):
+            if queue:
+                queue.pop(rng.randrange(len(queue)))
+        usage = {t: TeamState(t, decayed_usage=rng.uniform(0, 1e4)) for t in teams}
+        snapshot = Snapshot(now=now, nodes=(), pending=tuple(queue), teams=MappingProxyType(usage))
+        _check(snapshot)
+        now += rng.choice([0.0, 60.0, 3600.0])
+    assert priority._ROWS._ranked is not None
