@@ -4,7 +4,6 @@ they cannot start."""
 
 from __future__ import annotations
 
-from bisect import bisect_left
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -26,12 +25,12 @@ def may_allow_any(
     loss_bound: float,
     tiers: tuple[dict[int, Any], dict[int, Any]] | None,
 ) -> np.ndarray:
-    """Per job, False only where the rule allows it none of `victims`: every victim is
-    younger than the minimum slice, or no victim of a tier at or after the job's has an
-    index bound (`columns["bound"]`) below the job's index, or, with `left` (the gain
-    check), the job's expected remaining service plus any victim's cost reaches beyond that
-    victim's remaining service, or every victim would lose more than `loss_bound` times it.
-    Each test is one the rule makes, taken over all victims at once, so a job any victim
+    """Per job, False only where the rule allows it none of `victims`, that is no victim
+    at once old enough (the minimum slice), of a tier at or after the job's, with an index
+    bound (`columns["bound"]`) below the job's index and, with `left` (the gain check),
+    remaining service (`columns["other"]`) beyond the job's expected remaining service plus
+    the victim's cost. The loss bound (every victim would lose more than `loss_bound` times
+    the job's remaining service) is tested apart, over all victims. So a job some victim
     passes is kept. Anything not a plain number (NaN, infinity) keeps every job."""
     n = len(jobs)
     keep = ~columns["young"]
@@ -42,38 +41,60 @@ def may_allow_any(
     mine = np.fromiter((index(j) for j in jobs), float, n)
     if not (np.isfinite(bound).all() and np.isfinite(mine).all()):
         return everyone
+    gain = None
+    if left is not None:
+        other, cost, lost = (columns[k][keep] for k in ("other", "cost", "lost"))
+        if not all(np.isfinite(a).all() for a in (other, cost, lost)):
+            return everyone
+        gain = other - cost
+    # Victims by bound: a job may take those before its index's place in that order.
+    by_bound = np.argsort(bound, kind="stable")
+    bounds = bound[by_bound]
+    place = np.searchsorted(bounds, mine, side="left")  # victims with bound < index
+    # Per job, the victims its tier allows (all of them without tiers), as a mask over the
+    # victims by bound; and, per group of jobs with one such mask, the most gain among the
+    # first victims by bound (-inf where none is allowed).
+    groups: list[tuple[np.ndarray, np.ndarray]]  # (job positions, allowed victims by bound)
     if tiers is None:
-        ok = mine > bound.min()
+        groups = [(np.arange(n), np.ones(len(bounds), bool))]
     else:
         kept = [v for v, k in zip(victims, keep.tolist(), strict=True) if k]
         of_victim = [tiers[1][v.id] for v in kept]
         of_job = [tiers[0][j.id] for j in jobs]
         if not _plain(of_victim) or not _plain(of_job):
             return everyone
-        order = sorted(range(len(kept)), key=of_victim.__getitem__)
-        ranked = [of_victim[k] for k in order]
-        # Least bound among the victims from each rank on (the rule allows a victim only
-        # if its tier does not go before the job's), +inf past the last.
-        least = np.append(np.minimum.accumulate(bound[order][::-1])[::-1], np.inf)
-        at = {t: bisect_left(ranked, t) for t in set(of_job)}
-        first = np.fromiter(map(at.__getitem__, of_job), np.int64, n)
-        ok = mine > least[first]
-    if left is None:
+        rank = {t: r for r, t in enumerate(sorted(set(of_victim) | set(of_job)))}
+        victim_rank = np.fromiter((rank[of_victim[k]] for k in by_bound.tolist()), np.int64)
+        positions: dict[Any, list[int]] = {}
+        for k, t in enumerate(of_job):
+            positions.setdefault(t, []).append(k)
+        groups = [(np.array(at, np.int64), victim_rank >= rank[t]) for t, at in positions.items()]
+    ok = np.zeros(n, bool)
+    best = np.full(n, -np.inf)  # the most gain among the victims a job may take
+    for at, allowed in groups:
+        upto = place[at]
+        if gain is None:
+            # Whether some allowed victim lies before the job's place.
+            count = np.concatenate(([0], np.cumsum(allowed)))
+            ok[at] = count[upto] > 0
+            continue
+        most = np.concatenate(
+            ([-np.inf], np.maximum.accumulate(np.where(allowed, gain[by_bound], -np.inf)))
+        )
+        best[at] = most[upto]
+        ok[at] = best[at] > -np.inf
+    if left is None or gain is None:
         return ok
-    other, cost, lost = (columns[k][keep] for k in ("other", "cost", "lost"))
-    if not all(np.isfinite(a).all() for a in (other, cost, lost)):
-        return everyone
     # The expected remaining service only of the jobs still in question.
     rows = np.flatnonzero(ok)
     need = np.fromiter((left(jobs[k]) for k in rows.tolist()), float, len(rows))
     if not np.isfinite(need).all():
         return everyone
     # The rule: left + cost < other for some victim; passed over only when left is above
-    # every victim's other - cost by more than rounding could explain.
-    top = (other - cost).max()
+    # the best other - cost of the victims it may take by more than rounding could explain.
     slack = _SLACK * (np.abs(other).max() + np.abs(cost).max() + np.abs(need))
     # The rule: lost <= loss_bound x left for some victim (the same float operations).
-    ok[rows] = (need <= top + slack) & ~(lost.min() > loss_bound * need)
+    ok[rows] = (need <= best[rows] + slack) & ~(lost.min() > loss_bound * need)
     return ok
 
 

@@ -8,6 +8,7 @@ from dataclasses import replace
 from types import MappingProxyType
 from unittest import mock
 
+import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
@@ -15,6 +16,7 @@ from hypothesis import strategies as st
 from scheduler.core.model import Snapshot
 from scheduler.policies import get_policy
 from scheduler.policies.base import Cycle
+from scheduler.policies.gittins_hint import may_allow_any
 from tests.scheduler.core.builders import job, node, running, snap, team
 from tests.scheduler.policies.strategies import snapshots
 
@@ -96,3 +98,41 @@ def test_walk_passes_over_jobs_that_can_neither_start_nor_preempt(name: str) -> 
     assert fast == reference
     assert [p.job_id for p in reference.places] == [120] and not reference.preempts
     assert considered == [100, 120]
+
+
+def _columns(bound, other, cost, lost=(0.0, 0.0)) -> dict:
+    return {
+        "young": np.zeros(len(bound), bool),
+        "bound": np.array(bound, float),
+        "other": np.array(other, float),
+        "cost": np.array(cost, float),
+        "lost": np.array(lost, float),
+    }
+
+
+def test_one_victim_must_pass_the_index_and_the_gain_test_together() -> None:
+    """Victim 1's index bound is below the job's index but it has little service left;
+    victim 2 has much left but an index bound above the job's: the rule allows neither, so
+    the job is passed over, though each test alone has a victim that passes it."""
+    victims = [running(1, "a", (0,)), running(2, "a", (1,))]
+    pending = [job(10, 1), job(11, 1)]
+    index = {10: 0.5, 11: 2.0}.__getitem__
+    columns = _columns(bound=[0.1, 1.0], other=[100.0, 10_000.0], cost=[0.0, 0.0])
+    hint = may_allow_any(
+        columns, victims, pending, lambda j: index(j.id), lambda j: 500.0, 0.0, None
+    )
+    # Job 10 (index 0.5) may take only victim 1, which has 100 left (< 500): none.
+    # Job 11 (index 2.0) may take victim 2 as well, which has 10,000 left: kept.
+    assert hint.tolist() == [False, True]
+
+
+def test_a_victim_of_an_earlier_tier_does_not_keep_a_job() -> None:
+    """The one victim that passes both tests goes in a tier before the job's."""
+    victims = [running(1, "a", (0,)), running(2, "a", (1,))]
+    pending = [job(10, 1), job(11, 1)]
+    tiers = ({10: 1, 11: 0}, {1: 1, 2: 0})
+    columns = _columns(bound=[0.1, 0.1], other=[100.0, 10_000.0], cost=[0.0, 0.0])
+    hint = may_allow_any(columns, victims, pending, lambda j: 1.0, lambda j: 500.0, 0.0, tiers)
+    # Job 10 (tier 1) may take only victim 1 (tier 1), with too little left; job 11
+    # (tier 0) may take victim 2 too.
+    assert hint.tolist() == [False, True]
