@@ -88,6 +88,11 @@ class GittinsPolicy(PreemptivePolicy):
         tier first, and a job never preempts one of a tier that goes before its own."""
         return None
 
+    def tier_columns(self, snapshot: Snapshot, tier: dict[int, Any]) -> tuple[np.ndarray, ...]:
+        """The tiers of the pending jobs (in snapshot order) as sort keys, most
+        significant first, comparing as the tiers do (a policy with `tiers` says how)."""
+        raise NotImplementedError
+
     def schedule(self, snapshot: Snapshot) -> Plan:
         now = snapshot.now
         margin = float(self.setting(snapshot, self.margin, "gittins_margin", DEFAULT_MARGIN))
@@ -221,18 +226,14 @@ class GittinsPolicy(PreemptivePolicy):
             )
 
         preempt = bool(snapshot.settings.get("gittins_preemption", True))
+        indices = np.fromiter(pending_index.values(), float, len(pending_index))
         if tiers is None:
             rule_key: Callable[[PendingJob], Any] = lambda j: pending_index[j.id]  # noqa: E731
-            order = sorted(
-                snapshot.pending, key=lambda j: (-pending_index[j.id], j.submitted_at, j.id)
-            )
+            order = queue_order(snapshot, (-indices,))
         else:
             tier = tiers[0]
             rule_key = lambda j: (tier[j.id], pending_index[j.id])  # noqa: E731
-            order = sorted(
-                snapshot.pending,
-                key=lambda j: (tier[j.id], -pending_index[j.id], j.submitted_at, j.id),
-            )
+            order = queue_order(snapshot, (*self.tier_columns(snapshot, tier), -indices))
         cycle = Cycle(
             snapshot,
             self.name,
@@ -249,6 +250,22 @@ class GittinsPolicy(PreemptivePolicy):
             () if dist is not None else ("gittins: no size history yet, least attained service",)
         )
         return cycle.plan(notes)
+
+
+def queue_order(snapshot: Snapshot, keys: tuple[np.ndarray, ...]) -> list[PendingJob]:
+    """The pending jobs sorted by `keys` (arrays in snapshot order, most significant
+    first), then submit time, then id, as sorting by the tuple of them would (a stable
+    sort on plain numbers; with NaN among them, that sort itself)."""
+    pending = snapshot.pending
+    n = len(pending)
+    submitted = np.fromiter((j.submitted_at for j in pending), float, n)
+    if not all(np.isfinite(k).all() for k in (*keys, submitted)):
+        rows = [tuple(k[i].item() for k in keys) for i in range(n)]
+        by_tuple = sorted(range(n), key=lambda i: (rows[i], pending[i].submitted_at, pending[i].id))
+        return [pending[i] for i in by_tuple]
+    ids = np.fromiter((j.id for j in pending), np.int64, n)
+    ranked = np.lexsort((ids, submitted, *reversed(keys)))
+    return [pending[i] for i in ranked.tolist()]
 
 
 def _fmt(value: float) -> str:

@@ -5,9 +5,11 @@ from __future__ import annotations
 from collections.abc import Callable, Iterable
 from typing import Any
 
+import numpy as np
+
 from scheduler.core.model import PendingJob, Snapshot
 from scheduler.core.preemption_cost import QOS_RANKS_DEFAULT
-from scheduler.policies.gittins import GittinsPolicy, Tiers
+from scheduler.policies.gittins import GittinsPolicy, Tiers, queue_order
 from scheduler.policies.priority import setting
 
 _EPS = 1e-9
@@ -90,13 +92,19 @@ class GittinsTiersPolicy(GittinsPolicy):
         )
         for r in snapshot.running:
             usage[r.team] = usage.get(r.team, 0.0) + r.gpu_equivalent
-        ranked = sorted(
-            snapshot.pending,
-            key=lambda j: (-pending_points[j.id], -index(j), j.submitted_at, j.id),
-        )
+        n = len(snapshot.pending)
+        points_col = np.fromiter(pending_points.values(), float, n)
+        index_col = np.fromiter((index(j) for j in snapshot.pending), float, n)
+        ranked = queue_order(snapshot, (-points_col, -index_col))
         pending_quota = _quota_tiers(snapshot, ranked, usage)
         pending = {j.id: (-pending_points[j.id], pending_quota[j.id]) for j in snapshot.pending}
         running: dict[int, Any] = {
             r.id: (-running_points[r.id], running_quota[r.id]) for r in snapshot.running
         }
         return pending, running
+
+    def tier_columns(self, snapshot: Snapshot, tier: dict[int, Any]) -> tuple[np.ndarray, ...]:
+        n = len(snapshot.pending)
+        points = np.fromiter((tier[j.id][0] for j in snapshot.pending), float, n)
+        quota = np.fromiter((tier[j.id][1] for j in snapshot.pending), float, n)
+        return points, quota
