@@ -10,11 +10,14 @@ fcfs) and, for the queue-walking policies, the same cycle without shortcuts (set
     .venv/bin/python bench/bench_cycle_pure.py [--policies fcfs,priority] [--repeat 3]
     .venv/bin/python bench/bench_cycle_pure.py --pending 100000 --nodes 10000 --policies priority
     .venv/bin/python bench/bench_cycle_pure.py --scaling 1000,10000,100000 --policies priority
+    .venv/bin/python bench/bench_cycle_pure.py --scaling 1000,10000,100000 --simulator
+    .venv/bin/python bench/bench_cycle_pure.py --scaling 1000,10000,100000 --idle 0.01
 
 `--scaling` times, per queue length, a cycle on a snapshot of new objects (production
 builds one every cycle, so nothing carried over applies), the next cycle of a driver that
 carries its objects over (the simulator: a minute later, the placed jobs gone, ten new
-ones queued) and the plain path, all in the same run.
+ones queued) and the plain path, all in the same run; with `--simulator`, under the
+simulator's settings (no wait sentences, no Waits in the plan), as a replay's cycles run.
 """
 
 from __future__ import annotations
@@ -45,8 +48,14 @@ MODELS = (("A100", 81920), ("H100", 81920), ("V100", 32768))
 TEAMS = tuple(f"team{i}" for i in range(12))
 
 
-def build_snapshot(nodes: int = 1000, pending: int = 10_000, seed: int = 1) -> Snapshot:
+def build_snapshot(
+    nodes: int = 1000, pending: int = 10_000, seed: int = 1, idle: float | None = None
+) -> Snapshot:
+    """The synthetic fleet and queue; `idle`: the share of GPUs left free (about; the
+    default leaves 40 % free and shares 10 %, a burst of starts; a small share is the
+    steady state of a busy fleet, where a cycle starts what the last few ends freed)."""
     rng = random.Random(seed)
+    gang_below, shared_below = (0.5, 0.6) if idle is None else (0.84 * (1 - idle), 1 - idle)
     now = 1_000_000.0
     node_states, running = [], []
     job_id = 0
@@ -57,7 +66,7 @@ def build_snapshot(nodes: int = 1000, pending: int = 10_000, seed: int = 1) -> S
         g = 0
         while g < 8:
             roll = rng.random()
-            if roll < 0.5:  # a running gang
+            if roll < gang_below:  # a running gang
                 size = min(rng.choice((1, 1, 2, 4)), 8 - g)
                 idx = tuple(range(g, g + size))
                 for i in idx:
@@ -65,9 +74,12 @@ def build_snapshot(nodes: int = 1000, pending: int = 10_000, seed: int = 1) -> S
                 job_id += 1
                 running.append(_running(rng, job_id, name, idx, size, now))
                 g += size
-            elif roll < 0.6:  # fractions sharing a GPU
-                for _ in range(rng.randint(1, 3)):
+            elif roll < shared_below:  # fractions sharing a GPU
+                # (a busy fleet's shared GPUs are full: fractions until 10 % is left)
+                for _ in range(rng.randint(1, 3) if idle is None else 12):
                     m, c = rng.choice((4096, 8192, 16384)), rng.choice((10, 20, 30))
+                    if idle is not None and free_comp[g] - c < 10:
+                        c = free_comp[g] - 10
                     if m <= free_mem[g] and c <= free_comp[g]:
                         free_mem[g] -= m
                         free_comp[g] -= c
@@ -220,29 +232,43 @@ def cycle_cpu(policy: Any, snapshot: Snapshot, repeat: int, warm: Snapshot | Non
     return best
 
 
-def scaling(names: list[str], nodes: int, sizes: list[int], repeat: int) -> None:
+# The settings the simulator schedules with: no wait sentences, no Waits in the plan.
+SIMULATOR = {"explain": False, "plan_waits": False}
+
+
+def scaling(
+    names: list[str],
+    nodes: int,
+    sizes: list[int],
+    repeat: int,
+    extra: dict[str, Any],
+    idle: float | None = None,
+) -> None:
     """Per queue length: a cycle on a snapshot of new objects (what production does every
     cycle), the next cycle of a driver that carries its objects over, and the plain path
-    (settings "fast_paths" false, new objects), all in the same run."""
+    (settings "fast_paths" false, new objects), all in the same run; `extra`: settings
+    for all three (the simulator's, or none: production's)."""
     print(
         f"{'policy':<10} {'pending':>8} {'new objs ms':>12} {'carried ms':>11} "
-        f"{'plain ms':>9} {'plain/carried':>14} {'carried/first':>14}"
+        f"{'plain ms':>9} {'plain/carried':>14} {'carried/first':>14} {'placed':>7}"
     )
     for name in names:
         first: float | None = None
         for size in sizes:
-            base = build_snapshot(nodes, size)
+            base = build_snapshot(nodes, size, idle=idle)
+            base = replace(base, settings=MappingProxyType(dict(extra)))
             policy = get_policy(name)
             plan = policy.schedule(base)
+            placed = len(plan.places)
             follow = next_snapshot(base, {p.job_id for p in plan.places}, 10, seed=size)
             cold = cycle_cpu(policy, base, repeat, None)
             carried = cycle_cpu(policy, follow, repeat, base)
-            plain_snap = replace(base, settings=MappingProxyType({"fast_paths": False}))
+            plain_snap = replace(base, settings=MappingProxyType({**extra, "fast_paths": False}))
             plain = cycle_cpu(get_policy(name), plain_snap, repeat, None)
             first = first or carried
             print(
                 f"{name:<10} {size:>8} {cold * 1e3:12.1f} {carried * 1e3:11.1f} "
-                f"{plain * 1e3:9.1f} {plain / carried:14.2f} {carried / first:14.2f}"
+                f"{plain * 1e3:9.1f} {plain / carried:14.2f} {carried / first:14.2f} {placed:7d}"
             )
 
 
@@ -257,14 +283,32 @@ def main() -> None:
         help="queue lengths (e.g. 1000,10000,100000): per length, a cycle on new objects, "
         "the next cycle with objects carried over, and the plain path, in one run",
     )
+    parser.add_argument(
+        "--simulator",
+        action="store_true",
+        help="with --scaling: schedule with the simulator's settings (no wait sentences, "
+        "no Waits in the plan) instead of production's",
+    )
+    parser.add_argument(
+        "--idle",
+        type=float,
+        help="share of the fleet's GPUs left free (default: 40 %% free, a burst of starts; "
+        "e.g. 0.01: the steady state of a busy fleet, where a cycle starts a few jobs)",
+    )
     args = parser.parse_args()
     if args.scaling:
         names = args.policies.split(",") if args.policies != ",".join(POLICIES) else ["priority"]
         sizes = [int(x) for x in args.scaling.split(",")]
-        print(f"{args.nodes} nodes x 8 GPUs; CPU ms, best of {args.repeat}")
-        scaling(names, args.nodes, sizes, args.repeat)
+        extra = SIMULATOR if args.simulator else {}
+        kind = "simulator" if args.simulator else "production"
+        free = "40 %" if args.idle is None else f"{args.idle:.0%}"
+        print(
+            f"{args.nodes} nodes x 8 GPUs, about {free} of GPUs free, {kind} settings; "
+            f"CPU ms, best of {args.repeat}"
+        )
+        scaling(names, args.nodes, sizes, args.repeat, extra, args.idle)
         return
-    snapshot = build_snapshot(args.nodes, args.pending)
+    snapshot = build_snapshot(args.nodes, args.pending, idle=args.idle)
     busy = sum(1 for n in snapshot.nodes for g in n.gpus if not g.is_whole_free)
     print(
         f"{len(snapshot.pending)} pending, {len(snapshot.running)} running, "
