@@ -24,6 +24,7 @@ priority_reservation True, priority_reservation_after 0.
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping
+from operator import attrgetter
 from typing import Any
 
 import numpy as np
@@ -114,6 +115,9 @@ def priority_scores(snapshot: Snapshot) -> dict[int, float]:
     return scores
 
 
+_GPUS = attrgetter("gpus")
+
+
 class _Weights:
     """What a snapshot's settings, teams and fleet make of the score's per-job terms."""
 
@@ -131,7 +135,7 @@ class _Weights:
         top_rank = max(max(ranks.values()), 1)
         team_weights = {t: ts.priority_weight for t, ts in snapshot.teams.items()}
         top_team = max([1e-9, *team_weights.values()])
-        self.largest_node = max([1, *(len(nd.gpus) for nd in snapshot.nodes)])
+        self.largest_node = max(1, max(map(len, map(_GPUS, snapshot.nodes)), default=1))
         self.team_part = {
             t: w_fs * fs + w_team * team_weights.get(t, 1.0) / top_team
             for t, fs in fairshare_factors(snapshot, queue_teams).items()
@@ -155,6 +159,40 @@ class _Weights:
         if self.favor_small:
             size = 1.0 - size
         return self.w_age * age + teams + qos + self.w_size * size + self.w_job * nice
+
+    def job_terms_key(self) -> tuple[float, float, int, bool]:
+        """What `job_terms` depends on besides the jobs."""
+        return self.w_size, self.w_job, self.largest_node, self.favor_small
+
+    def job_terms(
+        self, gpus: np.ndarray, compute: np.ndarray, nice: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]:
+        """The size and nice terms of `scores` per job (they do not move with the clock)."""
+        equivalent = np.where(gpus > 0, gpus, compute / FULL_COMPUTE)
+        size = np.minimum(equivalent / self.largest_node, 1.0)
+        if self.favor_small:
+            size = 1.0 - size
+        return self.w_size * size, self.w_job * nice
+
+    def negated_scores(
+        self,
+        now: float,
+        submitted: np.ndarray,
+        teams: np.ndarray,
+        qos: np.ndarray,
+        size_terms: np.ndarray,
+        nice_terms: np.ndarray,
+    ) -> np.ndarray:
+        """`-scores(...)` bit for bit but for the sign of a zero, from `job_terms`: IEEE
+        negation is exact and rounding is symmetric, so ((-a) - t) - q == -((a + t) + q)."""
+        age = np.minimum(np.maximum(now - submitted, 0.0), self.max_age)
+        age /= self.max_age
+        neg = np.multiply(-self.w_age, age, out=age)
+        neg -= teams
+        neg -= qos
+        neg -= size_terms
+        neg -= nice_terms
+        return neg
 
 
 def priority_score_array(snapshot: Snapshot) -> np.ndarray:

@@ -13,8 +13,10 @@ from scheduler.core.model import PendingChanges, PendingJob
 from scheduler.policies.cycle_parts import QueueRest, per_node_need
 
 # submitted, gpus, compute, id, nice, team/qos key; then what the walk reads (QueueRest):
-# GPUs per node, time limit, asks for some GPU share.
-_COLUMNS = 9
+# GPUs per node, time limit, asks for some GPU share; then the score's size and nice terms
+# (filled by `order`, for the weights of `_terms_key`).
+_COLUMNS = 11
+_TERMS = 9
 
 
 class Scores(Protocol):
@@ -22,7 +24,21 @@ class Scores(Protocol):
     qos_part: dict[str, float]
     qos_default: float
 
-    def scores(self, now: float, *columns: Any) -> np.ndarray: ...
+    def job_terms_key(self) -> Any: ...
+
+    def job_terms(
+        self, gpus: np.ndarray, compute: np.ndarray, nice: np.ndarray
+    ) -> tuple[np.ndarray, np.ndarray]: ...
+
+    def negated_scores(
+        self,
+        now: float,
+        submitted: np.ndarray,
+        teams: np.ndarray,
+        qos: np.ndarray,
+        size_terms: np.ndarray,
+        nice_terms: np.ndarray,
+    ) -> np.ndarray: ...
 
 
 class QueueRows:
@@ -59,6 +75,9 @@ class QueueRows:
         # order starts from it (rows keep their numbers until `_grow` or `_reset`).
         self._ranked: np.ndarray | None = None
         self._ranked_used = 0
+        # The weights the size and nice columns were filled for, and up to which row.
+        self._terms_key: Any = None
+        self._terms_upto = 0
 
     def sync(self, pending: tuple[PendingJob, ...], changes: PendingChanges | None = None) -> bool:
         """Bring the rows up to this queue; False when the plain path must answer."""
@@ -163,8 +182,8 @@ class QueueRows:
                 for j, p in zip(added, pairs, strict=True)
             ],
             float,
-        ).reshape(len(added), _COLUMNS)
-        self.cols[:, start:end] = block.T
+        ).reshape(len(added), _TERMS)
+        self.cols[:_TERMS, start:end] = block.T
         self.live[start:end] = True
         return True
 
@@ -179,6 +198,7 @@ class QueueRows:
         jobs[:kept] = self.jobs[rows]
         self.cols, self.jobs, self.used = cols, jobs, kept
         self._ranked = None
+        self._terms_key = None
         self.live = np.zeros(size, bool)
         self.live[:kept] = True
         self.slot = {id(j): r for r, j in enumerate(jobs[:kept].tolist())}
@@ -194,17 +214,32 @@ class QueueRows:
         qos_of_key = np.array(
             [qos_part.get(q, weights.qos_default) for _, q in self.key_list] or [0.0]
         )
+        self._fill_terms(weights)
         rows = self._last_order()
-        submitted, gpus, compute, ids, nice, keys = self.cols[:6, rows]
-        key = keys.astype(np.int64)
-        scores = weights.scores(
-            now, submitted, gpus, compute, team_of_key[key], qos_of_key[key], nice
+        cols = np.take(self.cols, rows, axis=1)  # (np.take: faster than fancy indexing)
+        submitted, ids = cols[0], cols[3]
+        key = cols[5].astype(np.int64)
+        negated = weights.negated_scores(
+            now, submitted, team_of_key[key], qos_of_key[key], cols[_TERMS], cols[_TERMS + 1]
         )
-        ranked = rows[_rank(scores, submitted, ids)]
+        at = _rank(negated, submitted, ids)
+        ranked = rows.take(at)
         self._ranked, self._ranked_used = ranked, self.used
-        per_node, limits, share = self.cols[6:, ranked]
+        per_node, limits, share = (cols[c].take(at) for c in range(6, _TERMS))
         rest = QueueRest(per_node.astype(np.int64), limits, share > 0)
-        return self.jobs[ranked].tolist(), rest
+        return self.jobs.take(ranked).tolist(), rest
+
+    def _fill_terms(self, weights: Scores) -> None:
+        """The size and nice terms of the rows not filled yet for these weights."""
+        key = weights.job_terms_key()
+        start = self._terms_upto if key == self._terms_key else 0
+        end = self.used
+        if start < end:
+            cols = self.cols
+            cols[_TERMS : _TERMS + 2, start:end] = weights.job_terms(
+                cols[1, start:end], cols[2, start:end], cols[4, start:end]
+            )
+        self._terms_key, self._terms_upto = key, end
 
     def _last_order(self) -> np.ndarray:
         """The live rows: in the order of the last call, the rows added since after them
@@ -220,21 +255,22 @@ class QueueRows:
         return rows
 
 
-def _rank(scores: np.ndarray, submitted: np.ndarray, ids: np.ndarray) -> np.ndarray:
-    """`np.lexsort((ids, submitted, -scores))`: by score (highest first), then submit
-    time, then id. A stable sort by score alone keeps nearly sorted input cheap; it is
-    the lexsort's answer when every run of equal scores it leaves is in (submit time, id)
-    order (ids are unique, so that order is the one answer), else the lexsort answers."""
-    ranked = np.argsort(-scores, kind="stable")
+def _rank(negated: np.ndarray, submitted: np.ndarray, ids: np.ndarray) -> np.ndarray:
+    """`np.lexsort((ids, submitted, negated))`: by negated score (highest score first),
+    then submit time, then id. A stable sort by score alone keeps nearly sorted input
+    cheap; it is the lexsort's answer when every run of equal scores it leaves is in
+    (submit time, id) order (ids are unique, so that order is the one answer), else the
+    lexsort answers."""
+    ranked = np.argsort(negated, kind="stable")
     if len(ranked) < 2:
         return ranked
-    by_score = scores[ranked]
+    by_score = negated[ranked]
     if by_score[-1] != by_score[-1]:  # NaN (sorted last): left to the lexsort
-        return np.lexsort((ids, submitted, -scores))
+        return np.lexsort((ids, submitted, negated))
     tied = np.flatnonzero(by_score[:-1] == by_score[1:])
     if len(tied):
         a, b = ranked[tied], ranked[tied + 1]
         sub_a, sub_b = submitted[a], submitted[b]
         if not ((sub_a < sub_b) | ((sub_a == sub_b) & (ids[a] < ids[b]))).all():
-            return np.lexsort((ids, submitted, -scores))
+            return np.lexsort((ids, submitted, negated))
     return ranked

@@ -17,8 +17,9 @@ from hypothesis import strategies as st
 
 from scheduler.core.model import PendingChanges, PendingJob, Snapshot, TeamState
 from scheduler.policies import priority
-from scheduler.policies.priority import priority_order
+from scheduler.policies.priority import _Weights, priority_order
 from scheduler.policies.priority_rows import _rank
+from tests.scheduler.core.builders import node
 from tests.scheduler.policies.strategies import snapshots
 
 CHECKS = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -173,7 +174,7 @@ def test_rank_from_any_start_is_the_lexsort(scores: list[float], data: st.DataOb
     rows = np.array(start, np.int64)
     s, sub, i = np.array(scores)[rows], np.array(submitted)[rows], np.array(ids, float)[rows]
     want = np.lexsort((i, sub, -s))
-    assert _rank(s, sub, i).tolist() == want.tolist()
+    assert _rank(-s, sub, i).tolist() == want.tolist()
 
 
 def test_rank_with_ties_out_of_submit_order_falls_back_to_the_lexsort() -> None:
@@ -182,7 +183,7 @@ def test_rank_with_ties_out_of_submit_order_falls_back_to_the_lexsort() -> None:
     scores = np.array([3.0, 3.0, 3.0, 9.0])
     submitted = np.array([5.0, 5.0, 1.0, 0.0])
     ids = np.array([2.0, 1.0, 3.0, 4.0])
-    assert _rank(scores, submitted, ids).tolist() == [3, 2, 1, 0]
+    assert _rank(-scores, submitted, ids).tolist() == [3, 2, 1, 0]
     nan = np.array([np.nan, 1.0, np.nan])
     assert _rank(nan, np.zeros(3), np.array([2.0, 1.0, 0.0])).tolist() == [1, 2, 0]
 
@@ -215,7 +216,41 @@ def test_order_carried_over_cycles_is_the_plain_order() -> None:
             if queue:
                 queue.pop(rng.randrange(len(queue)))
         usage = {t: TeamState(t, decayed_usage=rng.uniform(0, 1e4)) for t in teams}
-        snapshot = Snapshot(now=now, nodes=(), pending=tuple(queue), teams=MappingProxyType(usage))
+        # The size term's weight and the largest node move now and then too.
+        weights = {"priority_weight_size": rng.choice([100.0, 100.0, 100.0, 7.5])}
+        nodes = rng.choice([(), (), (), (node("n", 4),)])
+        snapshot = Snapshot(
+            now=now,
+            nodes=nodes,
+            pending=tuple(queue),
+            teams=MappingProxyType(usage),
+            settings=MappingProxyType(weights),
+        )
         _check(snapshot)
         now += rng.choice([0.0, 60.0, 3600.0])
     assert priority._ROWS._ranked is not None
+
+
+@CHECKS
+@given(
+    columns=st.lists(
+        st.tuples(
+            st.floats(-1e6, 1e6),
+            st.floats(-1e3, 1e3),
+            st.floats(-1e3, 1e3),
+            st.floats(-1e3, 1e3),
+            st.floats(-1e3, 1e3),
+        ),
+        min_size=1,
+        max_size=30,
+    ),
+    now=st.floats(0, 2e6),
+)
+def test_negated_scores_are_the_scores_negated(columns: list, now: float) -> None:
+    submitted, teams, qos, size, nice = (np.array(c) for c in zip(*columns, strict=True))
+    w = _Weights(Snapshot(now=now, nodes=()))
+    size_terms, nice_terms = w.w_size * size, w.w_job * nice
+    got = w.negated_scores(now, submitted, teams, qos, size_terms, nice_terms)
+    age = np.minimum(np.maximum(now - submitted, 0.0), w.max_age) / w.max_age
+    want = -(w.w_age * age + teams + qos + size_terms + nice_terms)
+    assert (got == want).all()
