@@ -18,6 +18,7 @@ from scheduler.core.fragmentation import (
     demand_from_jobs,
     demand_of_snapshot,
     node_fragmentation,
+    normalize,
     shape_of,
 )
 from scheduler.core.fragmentation.params import MAX_SAMPLE, PRIOR
@@ -254,3 +255,13 @@ def test_every_policy_keeps_plans_valid_with_fragmentation_aware_placement(snaps
     except TypeError:
         policy = get_policy(name)
     assert_plan_valid(s, policy.schedule(s))
+
+
+def test_normalize_answers_a_tuple_as_it_answers_the_same_pairs_in_a_list():
+    pairs = ((DemandShape(2), 3.0), (DemandShape(1), 1.0), (DemandShape(2), 1.0))
+    first = normalize(pairs)
+    assert normalize(pairs) is first  # the same tuple again: remembered
+    assert first == normalize(list(pairs))
+    other = ((DemandShape(4), 1.0),)
+    assert normalize(other) == normalize(list(other)) == ((DemandShape(4), 1.0),)
+    assert normalize(pairs) == first
