@@ -215,25 +215,58 @@ class GittinsPolicy(PreemptivePolicy):
             return np.flatnonzero(keep).tolist()
 
         def rule_hint(jobs: Sequence[PendingJob], victims: list[RunningJob]) -> np.ndarray:
+            left_of: Callable[[np.ndarray], np.ndarray] | None = None
+            if jobs is order:  # the walk's queue: the columns, put in its order
+                mine = indices[ranked]
+                if check_gain:
+                    left_of = lambda rows: pending_remaining(snapshot.pending)[ranked[rows]]  # noqa: E731
+            else:
+                mine = np.fromiter((pending_index[j.id] for j in jobs), float, len(jobs))
+                if check_gain:
+                    left_of = lambda rows: np.fromiter(  # noqa: E731
+                        (job_left(jobs[k]) for k in rows.tolist()), float, len(rows)
+                    )
             return may_allow_any(
-                victim_columns(victims),
-                victims,
-                jobs,
-                lambda j: pending_index[j.id],
-                job_left if check_gain else None,
-                bound,
-                tiers,
+                victim_columns(victims), victims, jobs, mine, left_of, bound, tiers
             )
+
+        def pending_remaining(jobs: Sequence[PendingJob]) -> np.ndarray:
+            """`job_left` of every job, by columns: the distribution is asked once per
+            distinct (attained, cap) pair, and the products are the same float operations."""
+            n = len(jobs)
+            attained = np.fromiter((j.attained_service for j in jobs), float, n)
+            cap = np.fromiter((j.time_limit for j in jobs), float, n) * np.fromiter(
+                (j.gpu_equivalent for j in jobs), float, n
+            )
+            scale = np.ones(n)
+            if ratios is not None:
+                share = cap > 0
+                scale[share] = cap[share]
+                attained = np.where(share, attained / np.where(share, cap, 1.0), attained)
+                cut = np.where(share, 1.0, np.inf)
+                atoms_of = np.where(share, 1, 0)
+            else:
+                cut = np.where(cap > 0, cap, np.inf) if use_limits else np.full(n, np.inf)
+                atoms_of = np.zeros(n, np.int64)
+            pairs, back = np.unique(
+                np.stack((attained, cut, atoms_of)), axis=1, return_inverse=True
+            )
+            plain = dist.atoms if dist is not None else ()
+            each = [
+                mean_residual(ratios.atoms if kind and ratios is not None else plain, a, c)
+                for a, c, kind in pairs.T.tolist()
+            ]
+            return scale * np.array(each, float)[back.reshape(-1)]
 
         preempt = bool(snapshot.settings.get("gittins_preemption", True))
         indices = np.fromiter(pending_index.values(), float, len(pending_index))
         if tiers is None:
             rule_key: Callable[[PendingJob], Any] = lambda j: pending_index[j.id]  # noqa: E731
-            order = queue_order(snapshot, (-indices,))
+            order, ranked = queue_order(snapshot, (-indices,))
         else:
             tier = tiers[0]
             rule_key = lambda j: (tier[j.id], pending_index[j.id])  # noqa: E731
-            order = queue_order(snapshot, (*self.tier_columns(snapshot, tier), -indices))
+            order, ranked = queue_order(snapshot, (*self.tier_columns(snapshot, tier), -indices))
         cycle = Cycle(
             snapshot,
             self.name,
@@ -252,20 +285,23 @@ class GittinsPolicy(PreemptivePolicy):
         return cycle.plan(notes)
 
 
-def queue_order(snapshot: Snapshot, keys: tuple[np.ndarray, ...]) -> list[PendingJob]:
+def queue_order(
+    snapshot: Snapshot, keys: tuple[np.ndarray, ...]
+) -> tuple[list[PendingJob], np.ndarray]:
     """The pending jobs sorted by `keys` (arrays in snapshot order, most significant
     first), then submit time, then id, as sorting by the tuple of them would (a stable
-    sort on plain numbers; with NaN among them, that sort itself)."""
+    sort on plain numbers; with NaN among them, that sort itself); and their positions in
+    the snapshot."""
     pending = snapshot.pending
     n = len(pending)
     submitted = np.fromiter((j.submitted_at for j in pending), float, n)
     if not all(np.isfinite(k).all() for k in (*keys, submitted)):
         rows = [tuple(k[i].item() for k in keys) for i in range(n)]
         by_tuple = sorted(range(n), key=lambda i: (rows[i], pending[i].submitted_at, pending[i].id))
-        return [pending[i] for i in by_tuple]
+        return [pending[i] for i in by_tuple], np.array(by_tuple, np.int64)
     ids = np.fromiter((j.id for j in pending), np.int64, n)
     ranked = np.lexsort((ids, submitted, *reversed(keys)))
-    return [pending[i] for i in ranked.tolist()]
+    return [pending[i] for i in ranked.tolist()], ranked
 
 
 def _fmt(value: float) -> str:

@@ -20,25 +20,26 @@ def may_allow_any(
     columns: dict[str, Any],
     victims: list[RunningJob],
     jobs: Sequence[PendingJob],
-    index: Callable[[PendingJob], float],
-    left: Callable[[PendingJob], float] | None,
+    mine: np.ndarray,
+    left: Callable[[np.ndarray], np.ndarray] | None,
     loss_bound: float,
     tiers: tuple[dict[int, Any], dict[int, Any]] | None,
 ) -> np.ndarray:
-    """Per job, False only where the rule allows it none of `victims`, that is no victim
-    at once old enough (the minimum slice), of a tier at or after the job's, with an index
-    bound (`columns["bound"]`) below the job's index and, with `left` (the gain check),
-    remaining service (`columns["other"]`) beyond the job's expected remaining service plus
-    the victim's cost. The loss bound (every victim would lose more than `loss_bound` times
-    the job's remaining service) is tested apart, over all victims. So a job some victim
-    passes is kept. Anything not a plain number (NaN, infinity) keeps every job."""
+    """Per job of `jobs` (`mine`: their indices; `left`: their expected remaining service
+    at the positions given, for the gain check), False only where the rule allows it none
+    of `victims`, that is no victim at once old enough (the minimum slice), of a tier at or
+    after the job's, with an index bound (`columns["bound"]`) below the job's index and,
+    with `left`, remaining service (`columns["other"]`) beyond the job's expected remaining
+    service plus the victim's cost. The loss bound (every victim would lose more than
+    `loss_bound` times the job's remaining service) is tested apart, over all victims. So
+    a job some victim passes is kept. Anything not a plain number (NaN, infinity) keeps
+    every job."""
     n = len(jobs)
     keep = ~columns["young"]
     if not keep.any():
         return np.zeros(n, bool)
     everyone = np.ones(n, bool)
     bound = columns["bound"][keep]
-    mine = np.fromiter((index(j) for j in jobs), float, n)
     if not (np.isfinite(bound).all() and np.isfinite(mine).all()):
         return everyone
     gain = None
@@ -87,7 +88,7 @@ def may_allow_any(
         return ok
     # The expected remaining service only of the jobs still in question.
     rows = np.flatnonzero(ok)
-    need = np.fromiter((left(jobs[k]) for k in rows.tolist()), float, len(rows))
+    need = left(rows)
     if not np.isfinite(need).all():
         return everyone
     # The rule: left + cost < other for some victim; passed over only when left is above

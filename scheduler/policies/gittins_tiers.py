@@ -95,7 +95,7 @@ class GittinsTiersPolicy(GittinsPolicy):
         n = len(snapshot.pending)
         points_col = np.fromiter(pending_points.values(), float, n)
         index_col = np.fromiter((index(j) for j in snapshot.pending), float, n)
-        ranked = queue_order(snapshot, (-points_col, -index_col))
+        ranked, _ = queue_order(snapshot, (-points_col, -index_col))
         pending_quota = _quota_tiers(snapshot, ranked, usage)
         pending = {j.id: (-pending_points[j.id], pending_quota[j.id]) for j in snapshot.pending}
         running: dict[int, Any] = {

@@ -116,11 +116,9 @@ def test_one_victim_must_pass_the_index_and_the_gain_test_together() -> None:
     the job is passed over, though each test alone has a victim that passes it."""
     victims = [running(1, "a", (0,)), running(2, "a", (1,))]
     pending = [job(10, 1), job(11, 1)]
-    index = {10: 0.5, 11: 2.0}.__getitem__
+    mine = np.array([0.5, 2.0])
     columns = _columns(bound=[0.1, 1.0], other=[100.0, 10_000.0], cost=[0.0, 0.0])
-    hint = may_allow_any(
-        columns, victims, pending, lambda j: index(j.id), lambda j: 500.0, 0.0, None
-    )
+    hint = may_allow_any(columns, victims, pending, mine, lambda rows: rows * 0 + 500.0, 0.0, None)
     # Job 10 (index 0.5) may take only victim 1, which has 100 left (< 500): none.
     # Job 11 (index 2.0) may take victim 2 as well, which has 10,000 left: kept.
     assert hint.tolist() == [False, True]
@@ -132,7 +130,37 @@ def test_a_victim_of_an_earlier_tier_does_not_keep_a_job() -> None:
     pending = [job(10, 1), job(11, 1)]
     tiers = ({10: 1, 11: 0}, {1: 1, 2: 0})
     columns = _columns(bound=[0.1, 0.1], other=[100.0, 10_000.0], cost=[0.0, 0.0])
-    hint = may_allow_any(columns, victims, pending, lambda j: 1.0, lambda j: 500.0, 0.0, tiers)
+    mine = np.ones(len(pending))
+    hint = may_allow_any(columns, victims, pending, mine, lambda rows: rows * 0 + 500.0, 0.0, tiers)
     # Job 10 (tier 1) may take only victim 1 (tier 1), with too little left; job 11
     # (tier 0) may take victim 2 too.
     assert hint.tolist() == [False, True]
+
+
+@pytest.mark.parametrize("name", ["gittins", "gittins-tiers"])
+@CHECKS
+@given(snapshot=histories())
+def test_the_walks_queue_gets_the_hint_from_columns_as_from_each_job(
+    name: str, snapshot: Snapshot
+) -> None:
+    """For the queue it walks, the policy reads indices and remaining service from
+    columns; the hint is the one asked job by job, and never drops a job the rule allows
+    a victim."""
+    walked: list[list] = []
+    original = Cycle.consider_all
+
+    def spy(self, jobs, rest=None):
+        walked.append(jobs)
+        return original(self, jobs, rest)
+
+    with mock.patch.object(Cycle, "consider_all", spy):
+        cycle = _cycle_of(name, snapshot)
+    if cycle.victim_rule is None or cycle.rule_hint is None:
+        return
+    victims = [r for r in snapshot.running if r.preemptible and not cycle.costs.capped(r)]
+    queue = walked[-1]
+    hint = cycle.rule_hint(queue, victims)
+    assert hint.tolist() == cycle.rule_hint(list(queue), victims).tolist()
+    for pending, may in zip(queue, hint.tolist(), strict=True):
+        if not may:
+            assert all(cycle.victim_rule(pending, v) is None for v in victims)

@@ -27,7 +27,7 @@ def test_queue_order_sorts_as_the_tuples_do(rows, ids) -> None:
     snapshot = snap([], jobs)
     first = np.array([r[0] for r in rows], float)
     second = np.array([r[1] for r in rows], float)
-    got = [j.id for j in queue_order(snapshot, (first, second))]
+    got = [j.id for j in queue_order(snapshot, (first, second))[0]]
     # (new float objects, as the policy's keys are: a NaN equals itself only as one object)
     key = {
         j.id: (first[k].item(), second[k].item(), j.submitted_at, j.id) for k, j in enumerate(jobs)
