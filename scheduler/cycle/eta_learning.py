@@ -6,7 +6,8 @@ passes. Each forecast cycle marks the jobs still waiting past their band's end (
 counted at once) and, when a cycle starts a job, the pair (forecast wait, actual wait) joins
 a capped list of recent outcomes; each forecast cycle replays that list into a calibration,
 adds the jobs still waiting on their first forecasts (censored: they have waited at least
-this long) and publishes its bounds in the cache, where pages and the API read them to show
+this long), tells it the pace of first forecasts and starts over the last half hour (a wave
+of submissions widens the band) and publishes its bounds in the cache, where pages and the API read them to show
 a band around an ETA.
 
 `recent_arrivals` reads the submissions the forecast expects again (see
@@ -31,7 +32,7 @@ from django.db.models import F
 
 from fleet.models import Job
 from scheduler.core.eta_arrivals import DEFAULT_WINDOW, Arrivals
-from scheduler.core.eta_band import EtaCalibration
+from scheduler.core.eta_band import WAVE_WINDOW, EtaCalibration
 from scheduler.core.model import PendingJob
 from scheduler.cycle.lock import redis_client
 from scheduler.cycle.snapshot import DbSnapshot, epoch
@@ -53,8 +54,9 @@ def follow_forecasts(
     """After a forecast: keep the first forecast of each waiting job that has one (later
     ones do not replace it: the band is about what a job's owner was told when it started
     waiting), give the calibration every job still waiting on its first forecast (each a
-    ratio of at least what it has reached, `EtaCalibration.censor`) and publish its bounds
-    again, count a miss for each waiting job now past the end of its first forecast's band,
+    ratio of at least what it has reached, `EtaCalibration.censor`) and the pace of first
+    forecasts shown and of starts over the last `WAVE_WINDOW` seconds (`EtaCalibration.pace`:
+    a wave of submissions widens the band) and publish its bounds again, count a miss for each waiting job now past the end of its first forecast's band,
     and drop first forecasts older than `ttl_s`. Returns the misses found this time.
 
     One read of every kept forecast and one write of what changed, whatever the queue's
@@ -75,6 +77,14 @@ def follow_forecasts(
         }
         calibration.censor(
             (eta - at, now - at) for job_id, (at, eta) in firsts.items() if job_id in estimates
+        )
+        since = now - WAVE_WINDOW
+        started = [(start, wait) for start, wait in calibration.starts if start > since]
+        calibration.pace(
+            sum(1 for at, _ in firsts.values() if at > since)
+            + len(new)
+            + sum(1 for start, wait in started if start - wait > since),
+            len(started),
         )
         for job_id, text in kept.items():
             at, eta = firsts[job_id]
@@ -100,8 +110,8 @@ def follow_forecasts(
 
 
 def learn_starts(now: float, started: Iterable[int]) -> int:
-    """Record (forecast wait, actual wait, judged) for jobs this cycle started; returns how
-    many had a forecast."""
+    """Record (forecast wait, actual wait, judged, started at) for jobs this cycle started;
+    returns how many had a forecast."""
     ids = list(started)
     if not ids:
         return 0
@@ -118,7 +128,11 @@ def learn_starts(now: float, started: Iterable[int]) -> int:
             text = raw.decode()
             judged = text.endswith(OVERDUE)
             at, eta = (float(x) for x in text.removesuffix(OVERDUE).split())
-            pairs.append(json.dumps([round(max(eta - at, 0.0), 1), round(now - at, 1), judged]))
+            pairs.append(
+                json.dumps(
+                    [round(max(eta - at, 0.0), 1), round(now - at, 1), judged, round(now, 1)]
+                )
+            )
         _append_outcomes(client, pairs)
         return len(pairs)
     except Exception:  # noqa: BLE001 - advisory

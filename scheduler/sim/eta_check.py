@@ -35,7 +35,7 @@ import numpy as np
 
 from scheduler.core.eta import estimate
 from scheduler.core.eta_arrivals import Arrivals
-from scheduler.core.eta_band import EtaCalibration
+from scheduler.core.eta_band import WAVE_WINDOW, EtaCalibration
 from scheduler.core.model import PendingJob
 from scheduler.sim.engine import PolicyDriver, SimResult, apply_plan
 from scheduler.sim.state import SimState
@@ -84,6 +84,8 @@ class EtaDriver(PolicyDriver):
         self._placed: set[int] = set()  # forecast as placed by that very plan
         self._overdue: set[int] = set()  # waiting past their band: the miss is counted
         self.forecast_seconds = 0.0
+        self._shown_at: deque[float] = deque()  # when each first forecast with a band was shown
+        self._started_at: deque[float] = deque()  # when each forecast job started
 
     def cycle(self, state: SimState) -> int:
         self._learn(state)
@@ -118,6 +120,14 @@ class EtaDriver(PolicyDriver):
             self.forecast_seconds += time.process_time() - t0
             calibrated = self.calibration.calibrated
             placed = {p.job_id for p in plan.places}
+            self._pace(
+                state.now,
+                sum(
+                    1
+                    for j in fresh
+                    if j not in placed and forecast.get(j, (0, None))[1] is not None
+                ),
+            )
             if show:
                 for job_id, (_, eta, _) in forecast.items():
                     if eta is not None and job_id not in placed:
@@ -137,6 +147,15 @@ class EtaDriver(PolicyDriver):
                     self._placed.add(job_id)
         return apply_plan(state, plan)
 
+    def _pace(self, now: float, shown: int) -> None:
+        """Tell the band how many first forecasts were shown and how many forecast jobs
+        started over the last `WAVE_WINDOW` seconds, these `shown` included."""
+        self._shown_at.extend([now] * shown)
+        for times in (self._shown_at, self._started_at):
+            while times and times[0] <= now - WAVE_WINDOW:
+                times.popleft()
+        self.calibration.pace(len(self._shown_at), len(self._started_at))
+
     def _learn(self, state: SimState) -> None:
         """Feed the calibration with the jobs that started since the last cycle, and count
         the misses of jobs still waiting past their band (as production does)."""
@@ -151,6 +170,7 @@ class EtaDriver(PolicyDriver):
                 continue
             if first is not None:
                 self._open.discard(job_id)
+                self._started_at.append(first)
                 judged = job_id in self._overdue
                 self.calibration.observe(eta - at, first - at, judged=judged)
                 self._overdue.discard(job_id)

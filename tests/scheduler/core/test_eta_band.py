@@ -189,3 +189,37 @@ def test_a_learned_band_always_reaches_a_little_past_the_forecast_on_both_sides(
     assert EtaCalibration.from_published(calibration.published()).band(0.0, 3000.0) == (
         pytest.approx((low, high))
     )
+
+
+def test_while_forecasts_outpace_starts_the_band_reaches_further_above() -> None:
+    # Every start so far came on time; then a wave: 30 first forecasts shown in the last
+    # half hour and 2 starts. Its jobs may all start late: the band reaches e x above.
+    calibration = EtaCalibration.from_outcomes([(3000.0, 3000.0)] * 30)
+    calm_low, calm_high = calibration.band(0.0, 3000.0)
+    assert calm_high == pytest.approx((3000.0 + PAD_S) * math.exp(0.2) - PAD_S)
+    calibration.pace(30, 2)
+    assert calibration.wave
+    low, high = calibration.band(0.0, 3000.0)
+    assert low == pytest.approx(calm_low)  # the lower end stays
+    assert high == pytest.approx((3000.0 + PAD_S) * math.exp(1.0) - PAD_S)
+    assert calibration.overdue(3000.0, 5000.0) is False  # past the calm band, inside this
+    copy = EtaCalibration.from_published(calibration.published())
+    assert copy.band(0.0, 3000.0) == pytest.approx((low, high))
+    # Starts catching up, or too few forecasts to tell a wave: the calm band again.
+    for shown, started in ((30, 15), (9, 0)):
+        calibration.pace(shown, started)
+        assert not calibration.wave
+        assert calibration.band(0.0, 3000.0) == pytest.approx((calm_low, calm_high))
+    # A band learned wider than the wave's reach keeps its own width.
+    wide = EtaCalibration.from_outcomes([(600.0, 600.0 * 8)] * 30)
+    before = wide.band(0.0, 600.0)
+    wide.pace(30, 0)
+    assert wide.band(0.0, 600.0) == pytest.approx(before)
+
+
+def test_replayed_outcomes_keep_when_each_job_started() -> None:
+    calibration = EtaCalibration.from_outcomes(
+        [(600.0, 700.0), (600.0, 500.0, True), (600.0, 900.0, False, 5000.0), (600.0, None)]
+    )
+    assert calibration.samples == 3
+    assert calibration.starts == [(5000.0, 900.0)]

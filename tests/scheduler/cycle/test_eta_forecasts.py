@@ -101,8 +101,9 @@ def test_the_band_learns_from_jobs_that_started_and_the_job_page_shows_it(
     assert clean_eta_keys.hget("fleet:eta:first", waiting.pk) is None
     pairs = [json.loads(x) for x in clean_eta_keys.lrange(eta_learning.OUTCOMES_KEY, 0, -1)]
     assert len(pairs) == 1
-    forecast_wait, actual_wait, judged = pairs[0]
+    forecast_wait, actual_wait, judged, started_at = pairs[0]
     assert forecast_wait == pytest.approx(3600, abs=5) and actual_wait < 60 and not judged
+    assert started_at == pytest.approx(at + actual_wait, abs=0.2)
     band = cache.get(eta_learning.BAND_KEY)
     assert band["samples"] == 1 and band["calibrated"] is False
 
@@ -183,3 +184,25 @@ def test_jobs_still_waiting_on_their_first_forecasts_widen_the_published_band(
     published = eta_learning.current_calibration()
     low, high = published.band(0.0, 600.0)
     assert low < 600.0 and high == pytest.approx(1800.0)
+
+
+def test_a_wave_of_first_forecasts_outpacing_starts_widens_the_published_band(
+    clean_eta_keys: Any,
+) -> None:
+    # Thirty outcomes, all on time (told 25 minutes, waited 25), the last six of them
+    # started in the last half hour (forecast before it).
+    now = 1_000_000.0
+    outcomes = [(1500.0, 1500.0, False, now - 7200.0)] * 24
+    outcomes += [(1500.0, 1500.0, False, now - 600.0)] * 6
+    calm = eta_learning.EtaCalibration.from_outcomes(outcomes).band(0.0, 1500.0)
+    # Ten jobs forecast at once: not more than twice the six starts, no wave.
+    waiting = {job_id: (None, now + 1500, None) for job_id in range(1, 11)}
+    calibration = eta_learning.EtaCalibration.from_outcomes(outcomes)
+    eta_learning.follow_forecasts(now, waiting, 3 * 3600, calibration)
+    assert eta_learning.current_calibration().band(0.0, 1500.0) == pytest.approx(calm)
+    # Three more a minute later (thirteen shown in the last half hour, six starts): a wave.
+    waiting.update({job_id: (None, now + 1560, None) for job_id in range(11, 14)})
+    calibration = eta_learning.EtaCalibration.from_outcomes(outcomes)
+    eta_learning.follow_forecasts(now + 60, waiting, 3 * 3600, calibration)
+    low, high = eta_learning.current_calibration().band(0.0, 1500.0)
+    assert low == pytest.approx(calm[0]) and high > 2 * calm[1]

@@ -52,3 +52,17 @@ def test_the_forecasts_shown_while_jobs_wait_are_scored_on_the_wait_still_ahead(
         ]
         == 0
     )
+
+
+def test_the_driver_tells_the_band_the_pace_of_first_forecasts_and_starts() -> None:
+    driver = EtaDriver(get_policy("fcfs"))
+    driver._started_at.extend([0.0] * 5)  # five starts at 0
+    driver._pace(60.0, 10)  # ten first forecasts shown at 60: not twice the starts
+    assert not driver.calibration.wave
+    driver._pace(120.0, 1)
+    assert driver.calibration.wave
+    # Half an hour on the starts at 0 no longer count, nor the forecasts at 60 soon after.
+    driver._pace(1801.0, 0)
+    assert driver.calibration.wave and len(driver._started_at) == 0
+    driver._pace(1861.0, 0)
+    assert not driver.calibration.wave and len(driver._shown_at) == 1
