@@ -244,17 +244,21 @@ class GittinsPolicy(PreemptivePolicy):
                 scale[share] = cap[share]
                 attained = np.where(share, attained / np.where(share, cap, 1.0), attained)
                 cut = np.where(share, 1.0, np.inf)
-                atoms_of = np.where(share, 1, 0)
             else:
                 cut = np.where(cap > 0, cap, np.inf) if use_limits else np.full(n, np.inf)
-                atoms_of = np.zeros(n, np.int64)
-            pairs, back = np.unique(
-                np.stack((attained, cut, atoms_of)), axis=1, return_inverse=True
-            )
+            # Distinct (attained, cut) pairs as complex numbers (sorted by real part, then
+            # imaginary: one fast 1-D unique); a cut of 1.0 goes with the ratio atoms.
+            both = np.empty(n, complex)
+            both.real, both.imag = attained, cut
+            pairs, back = np.unique(both, return_inverse=True)
             plain = dist.atoms if dist is not None else ()
             each = [
-                mean_residual(ratios.atoms if kind and ratios is not None else plain, a, c)
-                for a, c, kind in pairs.T.tolist()
+                mean_residual(
+                    ratios.atoms if ratios is not None and c.imag == 1.0 else plain,
+                    c.real,
+                    c.imag,
+                )
+                for c in pairs.tolist()
             ]
             return scale * np.array(each, float)[back.reshape(-1)]
 

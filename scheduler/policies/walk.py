@@ -62,7 +62,7 @@ class QueueWalk:
         reason the jobs found ahead at one point are a superset of those found later, and
         are looked for again only once some of them turned out to only wait. `rest`: the
         queue's needs (`QueueRest`) where the caller has them as columns already."""
-        jobs = list(jobs)
+        jobs = jobs if isinstance(jobs, list) else list(jobs)  # (not copied: read only)
         may_settle = self._may_settle() if self.fast else False
         if may_settle is False:
             for job in jobs:
