@@ -52,8 +52,10 @@ recipe whole waves started after their bands (8x8 window 40000 under gittins: th
 the window's forecasts made as a wave began started at a median 2.4x their padded forecast
 wait, two thirds of them after their band). So the
 band watches the pace (`pace`): while first forecasts are shown faster than jobs that had
-one start (over the last half hour, at least 10 shown and more than twice the starts), the
-queue is growing faster than it drains and the band reaches at least `wave_reach` (1.0 on
+one start (over the last half hour, at least 10 shown and more than twice the starts) and
+outnumber the jobs still waiting on older forecasts (the queue was short before: a queue
+that stays long, overloaded, learns its band from its own censored waits), the band
+reaches at least `wave_reach` (1.0 on
 the log scale, 2.7x the padded wait) above the forecast. On the recipe this lifted the
 busy windows' coverage from 65-76% to 72-84% and moved no window out of 75-85%
 (`bench/RESULTS.md`).
@@ -78,7 +80,8 @@ MISS = 0.20  # the share of starts the band may miss (an 80% band)
 MIN_REACH = 0.2
 # While a wave of submissions is on (`pace`), the least the band reaches above the forecast:
 # e, 2.7x the padded wait. A wave: over the last WAVE_WINDOW seconds, at least WAVE_MIN first
-# forecasts were shown and more than WAVE_RATIO times as many as forecast jobs started.
+# forecasts were shown, more than WAVE_RATIO times as many as forecast jobs started, and
+# more than the jobs still waiting on older forecasts.
 WAVE_REACH = 1.0
 WAVE_WINDOW = 1800.0
 WAVE_MIN = 10
@@ -242,12 +245,15 @@ class EtaCalibration:
         reach = max(self.wave_reach, self.min_reach) if self.wave else self.min_reach
         return min(lo, -self.min_reach), max(hi, reach)
 
-    def pace(self, shown: int, started: int) -> None:
+    def pace(self, shown: int, started: int, older: int = 0) -> None:
         """How many first forecasts were shown, and how many jobs that had one started, over
-        the last `WAVE_WINDOW` seconds: a wave is on while forecasts outpace starts (at least
-        `WAVE_MIN` shown, more than `WAVE_RATIO` times the starts), and then the band reaches
-        at least `wave_reach` above the forecast."""
-        self.wave = shown >= WAVE_MIN and shown > WAVE_RATIO * started
+        the last `WAVE_WINDOW` seconds, and how many jobs still wait on first forecasts shown
+        before that (`older`). A wave is on while forecasts outpace starts (at least
+        `WAVE_MIN` shown, more than `WAVE_RATIO` times the starts) after a quiet stretch
+        (more shown than the older forecasts still waiting: a queue that stays long learns
+        its band from its own censored waits), and then the band reaches at least
+        `wave_reach` above the forecast."""
+        self.wave = shown >= WAVE_MIN and shown > WAVE_RATIO * started and shown > older
 
     def _usable(self, key: int) -> bool:
         return self.calibrated and (key < 0 or len(self._by_bucket[key]) >= self.min_samples)

@@ -55,8 +55,9 @@ def follow_forecasts(
     ones do not replace it: the band is about what a job's owner was told when it started
     waiting), give the calibration every job still waiting on its first forecast (each a
     ratio of at least what it has reached, `EtaCalibration.censor`) and the pace of first
-    forecasts shown and of starts over the last `WAVE_WINDOW` seconds (`EtaCalibration.pace`:
-    a wave of submissions widens the band) and publish its bounds again, count a miss for each waiting job now past the end of its first forecast's band,
+    forecasts shown and of starts over the last `WAVE_WINDOW` seconds, and how many jobs
+    still wait on forecasts older than that (`EtaCalibration.pace`: a wave of submissions
+    widens the band) and publish its bounds again, count a miss for each waiting job now past the end of its first forecast's band,
     and drop first forecasts older than `ttl_s`. Returns the misses found this time.
 
     One read of every kept forecast and one write of what changed, whatever the queue's
@@ -85,6 +86,7 @@ def follow_forecasts(
             + len(new)
             + sum(1 for start, wait in started if start - wait > since),
             len(started),
+            sum(1 for job_id, (at, _) in firsts.items() if at <= since and job_id in estimates),
         )
         for job_id, text in kept.items():
             at, eta = firsts[job_id]

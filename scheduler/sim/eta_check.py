@@ -154,7 +154,14 @@ class EtaDriver(PolicyDriver):
         for times in (self._shown_at, self._started_at):
             while times and times[0] <= now - WAVE_WINDOW:
                 times.popleft()
-        self.calibration.pace(len(self._shown_at), len(self._started_at))
+        older = sum(
+            1
+            for job_id in self._open
+            if job_id not in self._placed
+            and self.forecasts[job_id][1] is not None
+            and self.forecasts[job_id][0] <= now - WAVE_WINDOW
+        )
+        self.calibration.pace(len(self._shown_at), len(self._started_at), older)
 
     def _learn(self, state: SimState) -> None:
         """Feed the calibration with the jobs that started since the last cycle, and count

@@ -205,9 +205,10 @@ def test_while_forecasts_outpace_starts_the_band_reaches_further_above() -> None
     assert calibration.overdue(3000.0, 5000.0) is False  # past the calm band, inside this
     copy = EtaCalibration.from_published(calibration.published())
     assert copy.band(0.0, 3000.0) == pytest.approx((low, high))
-    # Starts catching up, or too few forecasts to tell a wave: the calm band again.
-    for shown, started in ((30, 15), (9, 0)):
-        calibration.pace(shown, started)
+    # Starts catching up, too few forecasts to tell a wave, or a queue long before (more
+    # jobs still waiting on older forecasts than were shown since): the calm band again.
+    for shown, started, older in ((30, 15, 0), (9, 0, 0), (30, 2, 30)):
+        calibration.pace(shown, started, older)
         assert not calibration.wave
         assert calibration.band(0.0, 3000.0) == pytest.approx((calm_low, calm_high))
     # A band learned wider than the wave's reach keeps its own width.

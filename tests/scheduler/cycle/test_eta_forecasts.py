@@ -206,3 +206,11 @@ def test_a_wave_of_first_forecasts_outpacing_starts_widens_the_published_band(
     eta_learning.follow_forecasts(now + 60, waiting, 3 * 3600, calibration)
     low, high = eta_learning.current_calibration().band(0.0, 1500.0)
     assert low == pytest.approx(calm[0]) and high > 2 * calm[1]
+    # The same, with fourteen jobs still waiting on forecasts of an hour ago: a queue that
+    # stays long, not a wave after a quiet stretch.
+    for job_id in range(100, 114):
+        clean_eta_keys.hset("fleet:eta:first", job_id, f"{now - 3600:.3f} {now:.3f}")
+        waiting[job_id] = (None, now + 600, None)
+    calibration = eta_learning.EtaCalibration.from_outcomes(outcomes)
+    eta_learning.follow_forecasts(now + 60, waiting, 3 * 3600, calibration)
+    assert eta_learning.current_calibration().band(0.0, 1500.0) == pytest.approx(calm)

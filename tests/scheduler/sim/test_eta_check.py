@@ -66,3 +66,12 @@ def test_the_driver_tells_the_band_the_pace_of_first_forecasts_and_starts() -> N
     assert driver.calibration.wave and len(driver._started_at) == 0
     driver._pace(1861.0, 0)
     assert not driver.calibration.wave and len(driver._shown_at) == 1
+    # Jobs still waiting on forecasts of over half an hour ago: a long queue, not a wave.
+    for job_id in range(12):
+        driver.forecasts[job_id] = (0.0, 4000.0, 0.0, 5000.0, True)
+        driver._open.add(job_id)
+    driver._pace(1900.0, 11)
+    assert not driver.calibration.wave
+    driver._placed.update(range(6))  # placed by the plan that forecast them: no band
+    driver._pace(1910.0, 0)
+    assert driver.calibration.wave
