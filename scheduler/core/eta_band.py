@@ -57,8 +57,8 @@ outnumber the jobs still waiting on older forecasts (the queue was short before:
 that stays long, overloaded, learns its band from its own censored waits), the band
 reaches at least `wave_reach` (1.0 on
 the log scale, 2.7x the padded wait) above the forecast. On the recipe this lifted the
-busy windows' coverage from 65-76% to 72-84% and moved no window out of 75-85%
-(`bench/RESULTS.md`).
+coverage of the four busy windows (40000) from 65.3-76.1% to 72.4-81.6%, and moved no
+other window by more than a point (`bench/RESULTS.md`).
 
 Until `min_samples` outcomes are known the band is DEFAULT_BAND (half to twice the
 forecast wait), which says plainly that it is not yet learned (`calibrated` false).
