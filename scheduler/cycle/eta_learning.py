@@ -49,7 +49,11 @@ OVERDUE = " o"  # suffix of a first-forecast value whose miss was counted
 
 
 def follow_forecasts(
-    now: float, estimates: Mapping[int, Any], ttl_s: float, calibration: EtaCalibration
+    now: float,
+    estimates: Mapping[int, Any],
+    ttl_s: float,
+    calibration: EtaCalibration,
+    submitted: Mapping[int, float] | None = None,
 ) -> int:
     """After a forecast: keep the first forecast of each waiting job that has one (later
     ones do not replace it: the band is about what a job's owner was told when it started
@@ -59,6 +63,9 @@ def follow_forecasts(
     still wait on forecasts older than that (`EtaCalibration.pace`: a wave of submissions
     widens the band) and publish its bounds again, count a miss for each waiting job now past the end of its first forecast's band,
     and drop first forecasts older than `ttl_s`. Returns the misses found this time.
+    `submitted` (job id -> submit time): a job first forecast now that was submitted before
+    that window (its forecast was lost with Redis, or the forecast began after it) counts
+    as an older waiting job, not as one of a wave.
 
     One read of every kept forecast and one write of what changed, whatever the queue's
     length: a forecast over thousands of waiting jobs costs a few Redis round trips, not
@@ -81,12 +88,15 @@ def follow_forecasts(
         )
         since = now - WAVE_WINDOW
         started = [(start, wait) for start, wait in calibration.starts if start > since]
+        late = {int(k) for k in new if (submitted or {}).get(int(k), now) <= since}
         calibration.pace(
             sum(1 for at, _ in firsts.values() if at > since)
             + len(new)
+            - len(late)
             + sum(1 for start, wait in started if start - wait > since),
             len(started),
-            sum(1 for job_id, (at, _) in firsts.items() if at <= since and job_id in estimates),
+            sum(1 for job_id, (at, _) in firsts.items() if at <= since and job_id in estimates)
+            + len(late),
         )
         for job_id, text in kept.items():
             at, eta = firsts[job_id]

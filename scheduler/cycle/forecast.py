@@ -121,7 +121,8 @@ def forecast_after(forecast: Forecast) -> int:
         estimates = estimates_for(snap, forecast.policy, forecast.plan)
         waiting = {k: v for k, v in estimates.items() if k not in forecast.placed}
         horizon = float(snap.param("eta_horizon"))
-        follow_forecasts(snap.core.now, waiting, horizon, refresh_band())
+        submitted = {j.id: j.submitted_at for j in snap.core.pending}
+        follow_forecasts(snap.core.now, waiting, horizon, refresh_band(), submitted)
         etas: dict[int, int | None] = {}
         for job_id, (_, eta, _) in waiting.items():
             whole = None if eta is None else int(eta)

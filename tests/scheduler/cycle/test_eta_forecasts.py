@@ -214,3 +214,22 @@ def test_a_wave_of_first_forecasts_outpacing_starts_widens_the_published_band(
     calibration = eta_learning.EtaCalibration.from_outcomes(outcomes)
     eta_learning.follow_forecasts(now + 60, waiting, 3 * 3600, calibration)
     assert eta_learning.current_calibration().band(0.0, 1500.0) == pytest.approx(calm)
+
+
+def test_jobs_first_forecast_long_after_their_submit_are_no_wave(clean_eta_keys: Any) -> None:
+    # Redis lost the first forecasts: thirteen jobs submitted an hour ago are forecast
+    # afresh. They are a queue that was there, not a wave of submissions.
+    now = 1_000_000.0
+    outcomes = [(1500.0, 1500.0, False, now - 7200.0)] * 30
+    calm = eta_learning.EtaCalibration.from_outcomes(outcomes).band(0.0, 1500.0)
+    waiting = {job_id: (None, now + 1500, None) for job_id in range(1, 14)}
+    submitted = dict.fromkeys(waiting, now - 3600)
+    calibration = eta_learning.EtaCalibration.from_outcomes(outcomes)
+    eta_learning.follow_forecasts(now, waiting, 3 * 3600, calibration, submitted)
+    assert eta_learning.current_calibration().band(0.0, 1500.0) == pytest.approx(calm)
+    # Submitted just now, the same thirteen are one.
+    clean_eta_keys.delete("fleet:eta:first")
+    submitted = dict.fromkeys(waiting, now - 30)
+    calibration = eta_learning.EtaCalibration.from_outcomes(outcomes)
+    eta_learning.follow_forecasts(now, waiting, 3 * 3600, calibration, submitted)
+    assert eta_learning.current_calibration().band(0.0, 1500.0)[1] > 2 * calm[1]
