@@ -145,6 +145,9 @@ class EtaDriver(PolicyDriver):
                 self._open.add(job_id)
                 if job_id in placed:
                     self._placed.add(job_id)
+        else:
+            # Production follows the pace every forecast cycle, new jobs or not.
+            self._pace(state.now, 0)
         return apply_plan(state, plan)
 
     def _pace(self, now: float, shown: int) -> None:

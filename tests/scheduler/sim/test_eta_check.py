@@ -3,6 +3,8 @@ figures compare the forecast with the start it really had."""
 
 from __future__ import annotations
 
+from typing import Any
+
 from scheduler.policies import get_policy
 from scheduler.sim.cluster import parse_cluster
 from scheduler.sim.engine import simulate
@@ -75,3 +77,23 @@ def test_the_driver_tells_the_band_the_pace_of_first_forecasts_and_starts() -> N
     driver._placed.update(range(6))  # placed by the plan that forecast them: no band
     driver._pace(1910.0, 0)
     assert driver.calibration.wave
+
+
+def test_a_wave_ends_half_an_hour_on_even_when_no_job_is_new() -> None:
+    # Twelve jobs at once on one GPU: a wave; two hours of queue follow with nothing new.
+    jobs = [job(i, submit=0.0, duration=600.0, time_limit=600.0) for i in range(12)]
+    driver = EtaDriver(get_policy("fcfs"))
+    seen: list[tuple[float, bool]] = []
+    cycle = driver.cycle
+
+    def watched(state: Any) -> int:
+        done = cycle(state)
+        seen.append((state.now, driver.calibration.wave))
+        return done
+
+    driver.cycle = watched  # type: ignore[method-assign]
+    config = SimConfig(cycle_interval=60.0, plan_waits=True)
+    simulate(jobs, parse_cluster("1x1xV100"), driver, config)
+    assert seen[0] == (0.0, True)
+    assert all(wave for at, wave in seen if at < 1800.0)
+    assert not any(wave for at, wave in seen if at >= 1800.0)
