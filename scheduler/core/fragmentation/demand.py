@@ -72,8 +72,9 @@ _NORMALIZED: list[tuple[Demand, Demand]] = []
 def normalize(counts: Iterable[tuple[DemandShape, float]]) -> Demand:
     """Merge equal shapes, keep the MAX_SHAPES heaviest, weights summing to 1."""
     if type(counts) is tuple:
-        if _NORMALIZED and _NORMALIZED[0][0] is counts:
-            return _NORMALIZED[0][1]
+        last = _NORMALIZED[0] if _NORMALIZED else None  # (one read: input and answer agree)
+        if last is not None and last[0] is counts:
+            return last[1]
         found = _normalize(counts)
         _NORMALIZED[:] = [(counts, found)]
         return found
@@ -182,8 +183,9 @@ def demand_of_snapshot(snapshot: Any) -> Demand:
     if given:
         return normalize(given)
     pending, running = snapshot.pending, snapshot.running
-    if _LAST and _LAST[0][0] is pending and _LAST[0][1] is running:
-        return _LAST[0][2]
+    last = _LAST[0] if _LAST else None
+    if last is not None and last[0] is pending and last[1] is running:
+        return last[2]
     mix = _mix(_sampled(pending, running, MAX_SAMPLE)) if pending or running else DEFAULT_DEMAND
     found = normalize([*((sh, w * (1 - PRIOR)) for sh, w in mix), (DEFAULT_DEMAND[0][0], PRIOR)])
     _LAST[:] = [(pending, running, found)]
