@@ -15,6 +15,7 @@ the waiting job's expected remaining service (`loses_too_much`).
 from __future__ import annotations
 
 import math
+from bisect import bisect_left, bisect_right
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -179,16 +180,20 @@ def mean_residual(atoms: Sequence[float], attained: float, cap: float = math.inf
     a = max(0.0, attained)
     if cap <= a:
         return 0.0
-    total = 0.0
-    count = 0
-    for s in reversed(atoms):
-        if s <= a:
-            break
-        total += min(s, cap) - a
-        count += 1
-    if not count:
+    n = len(atoms)
+    lo = bisect_right(atoms, a)  # atoms[lo:] are above the attained service
+    if lo == n:
         return min(a, cap - a)
-    return total / count
+    hi = max(bisect_left(atoms, cap), lo)  # atoms[hi:] reach the cap: each adds cap - a
+    # Added from the largest atom down, one by one, as min(s, cap) - a would be: the same
+    # floats in the same order (a sum() or numpy's pairwise sum rounds differently).
+    total = 0.0
+    over = cap - a
+    for _ in range(n - hi):
+        total += over
+    for s in reversed(atoms[lo:hi]):
+        total += s - a
+    return total / (n - lo)
 
 
 def qos_rank(qos: str, settings: Any) -> int:
