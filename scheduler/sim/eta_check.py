@@ -6,7 +6,8 @@ with when it really started.
 where a job waits for the first time, runs the production forecast
 (`scheduler.core.eta.estimate`, predicted runtimes as the simulator's predictor gives them)
 and the production band (`scheduler.core.eta_band.EtaCalibration`, learned online from the
-jobs that started before, as production learns it). `eta_metrics` then reports:
+jobs that started before, as production learns it, and told each cycle the pace of first
+forecasts and starts, `EtaCalibration.pace`). `eta_metrics` then reports:
 
 - `eta_jobs`: jobs forecast; `eta_none_share`: of those, the share with no ETA (beyond the
   forecast's window);
