@@ -20,6 +20,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+import numpy as np
+
 from scheduler.core.model import RunningJob
 
 # Settings key "qos_ranks" overrides these; a higher rank may preempt a lower one when
@@ -122,6 +124,20 @@ class PreemptionCost:
 
     def gpu_seconds(self, job: RunningJob, now: float) -> float:
         return self.seconds(job, now) * job.gpu_equivalent
+
+    def columns(self, jobs: Sequence[RunningJob], now: float) -> tuple[np.ndarray, np.ndarray]:
+        """`gpu_seconds` and `lost_gpu_seconds` of each job, as arrays: the same float
+        operations, one numpy pass instead of a call per job."""
+        n = len(jobs)
+        ran = np.maximum(now - np.fromiter((j.started_at for j in jobs), float, n), 0.0)
+        gpus = np.fromiter((j.gpu_equivalent for j in jobs), float, n)
+        keeps = np.fromiter((self.keeps_checkpoints(j) for j in jobs), bool, n)
+        if self.checkpoint_interval <= 0:
+            since = np.zeros(n)
+        else:
+            since = np.remainder(ran, self.checkpoint_interval)  # Python's % on floats
+        lost = np.where(keeps, since, ran)
+        return (self.restart_overhead + lost) * gpus, lost * gpus
 
     def capped(self, job: Any) -> bool:
         """Whether the job has been preempted as often as allowed."""
