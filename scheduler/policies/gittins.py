@@ -115,16 +115,30 @@ class GittinsPolicy(PreemptivePolicy):
                 return 1.0 / (a + 1.0)
             return dist.index(a, cap if use_limits and cap > 0 else math.inf)
 
-        pending_index = {
-            j.id: index(j.attained_service, j.time_limit, j.gpu_equivalent)
-            for j in snapshot.pending
-        }
+        def indices_of(jobs: Sequence[Any], ran: bool) -> dict[int, float]:
+            """`index` of each job (with `ran`, of a running job with this attempt's
+            service added), by columns where every job takes the ratio path, since those
+            are the same float operations; else job by job."""
+            n = len(jobs)
+            gpus = np.fromiter((j.gpu_equivalent for j in jobs), float, n)
+            attained = np.fromiter((j.attained_service for j in jobs), float, n)
+            if ran:
+                started = np.fromiter((j.started_at for j in jobs), float, n)
+                attained += np.maximum(now - started, 0.0) * gpus
+            cap = np.fromiter((j.time_limit for j in jobs), float, n) * gpus
+            ids = [j.id for j in jobs]
+            if ratios is None or not (np.isfinite(attained).all() and (cap > 0).all()):
+                each = map(index, attained.tolist(), (j.time_limit for j in jobs), gpus.tolist())
+                return dict(zip(ids, each, strict=True))
+            full = attained >= cap
+            steps = np.where(full, 0.0, np.floor(attained / cap * RATIO_STEPS))
+            kinds, back = np.unique(steps, return_inverse=True)
+            table = np.array([ratios.index(k / RATIO_STEPS) for k in kinds.tolist()], float)
+            out = np.where(full, 1.0, table[back.reshape(-1)] / cap)
+            return dict(zip(ids, out.tolist(), strict=True))
 
-        def running_index(r: RunningJob) -> float:
-            ran = max(now - r.started_at, 0.0) * r.gpu_equivalent
-            return index(r.attained_service + ran, r.time_limit, r.gpu_equivalent)
-
-        running_of = {r.id: running_index(r) for r in snapshot.running}
+        pending_index = indices_of(snapshot.pending, ran=False)
+        running_of = indices_of(snapshot.running, ran=True)
         tiers = self.tiers(snapshot, lambda j: pending_index[j.id])
 
         def remaining(attained: float, limit: float, gpus: float) -> float:

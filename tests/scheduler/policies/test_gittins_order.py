@@ -1,14 +1,22 @@
 """The Gittins policies sort their queue with numpy (`queue_order`) exactly as sorting by
-the tuple of keys, submit time and id would, ties and NaN included."""
+the tuple of keys, submit time and id would, ties and NaN included; and compute the
+indices they sort by as columns, exactly as job by job."""
 
 from __future__ import annotations
+
+import math
+from dataclasses import replace
+from unittest import mock
 
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from scheduler.policies.gittins import queue_order
-from tests.scheduler.core.builders import job, snap
+from scheduler.core.service_distribution import ServiceDistribution
+from scheduler.policies import get_policy
+from scheduler.policies.base import Cycle
+from scheduler.policies.gittins import RATIO_STEPS, queue_order
+from tests.scheduler.core.builders import job, node, snap
 
 VALUES = st.sampled_from([0.0, -0.0, 1.0, -1.0, 2.5, 1e-300, float("nan"), float("inf")])
 
@@ -34,3 +42,49 @@ def test_queue_order_sorts_as_the_tuples_do(rows, ids) -> None:
     }
     want = [j.id for j in sorted(snapshot.pending, key=lambda j: key[j.id])]
     assert got == want
+
+
+@settings(max_examples=100, deadline=None)
+@given(
+    rows=st.lists(
+        st.tuples(
+            st.sampled_from([0.0, 100.0, 3_599.0, 3_600.0, 7_200.0, 1e5, 12_345.678]),
+            st.sampled_from([60.0, 3_600.0, 86_400.0]),
+            st.sampled_from([1, 2, 8, 0]),
+        ),
+        min_size=1,
+        max_size=25,
+    )
+)
+def test_indices_by_columns_are_the_ratio_index_job_by_job(rows) -> None:
+    """The queue's Gittins indices, computed by columns, are what the documented formula
+    gives job by job: 1 at the limit, else the ratio distribution's index at the attained
+    share of limit x GPUs rounded down to 1/64ths, over limit x GPUs."""
+    ratios = tuple(k / 20 for k in range(1, 21))
+    jobs = [
+        job(k + 1, gpus, attained_service=attained, limit=limit, gpu_compute_percent=30,
+            gpu_memory_mb=1024)
+        for k, (attained, limit, gpus) in enumerate(rows)
+    ]  # fmt: skip
+    snapshot = replace(
+        snap([node("a", 8)], jobs, settings={"gittins_preemption": False}),
+        limit_ratio_distribution=ratios,
+    )
+    cycles: list[Cycle] = []
+    original = Cycle.__init__
+
+    def spy(self, *args, **kwargs):
+        original(self, *args, **kwargs)
+        cycles.append(self)
+
+    with mock.patch.object(Cycle, "__init__", spy):
+        get_policy("gittins").schedule(snapshot)
+    dist = ServiceDistribution(ratios)
+    for j in jobs:
+        cap = j.time_limit * j.gpu_equivalent
+        want = (
+            1.0
+            if j.attained_service >= cap
+            else dist.index(math.floor(j.attained_service / cap * RATIO_STEPS) / RATIO_STEPS) / cap
+        )
+        assert cycles[-1].rule_key(j) == want
