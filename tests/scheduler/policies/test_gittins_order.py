@@ -6,17 +6,15 @@ from __future__ import annotations
 
 import math
 from dataclasses import replace
-from unittest import mock
 
 import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scheduler.core.service_distribution import ServiceDistribution
-from scheduler.policies import get_policy
-from scheduler.policies.base import Cycle
 from scheduler.policies.gittins import RATIO_STEPS, queue_order
 from tests.scheduler.core.builders import job, node, snap
+from tests.scheduler.policies.test_gittins_hint import _cycle_of
 
 VALUES = st.sampled_from([0.0, -0.0, 1.0, -1.0, 2.5, 1e-300, float("nan"), float("inf")])
 
@@ -70,15 +68,7 @@ def test_indices_by_columns_are_the_ratio_index_job_by_job(rows) -> None:
         snap([node("a", 8)], jobs, settings={"gittins_preemption": False}),
         limit_ratio_distribution=ratios,
     )
-    cycles: list[Cycle] = []
-    original = Cycle.__init__
-
-    def spy(self, *args, **kwargs):
-        original(self, *args, **kwargs)
-        cycles.append(self)
-
-    with mock.patch.object(Cycle, "__init__", spy):
-        get_policy("gittins").schedule(snapshot)
+    cycle = _cycle_of("gittins", snapshot)
     dist = ServiceDistribution(ratios)
     for j in jobs:
         cap = j.time_limit * j.gpu_equivalent
@@ -87,4 +77,4 @@ def test_indices_by_columns_are_the_ratio_index_job_by_job(rows) -> None:
             if j.attained_service >= cap
             else dist.index(math.floor(j.attained_service / cap * RATIO_STEPS) / RATIO_STEPS) / cap
         )
-        assert cycles[-1].rule_key(j) == want
+        assert cycle.rule_key(j) == want
