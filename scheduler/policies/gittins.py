@@ -115,7 +115,7 @@ class GittinsPolicy(PreemptivePolicy):
                 return 1.0 / (a + 1.0)
             return dist.index(a, cap if use_limits and cap > 0 else math.inf)
 
-        def indices_of(jobs: Sequence[Any], ran: bool) -> dict[int, float]:
+        def indices_of(jobs: Sequence[Any], ran: bool) -> np.ndarray:
             """`index` of each job (with `ran`, of a running job with this attempt's
             service added), by columns where every job takes the ratio path, since those
             are the same float operations; else job by job."""
@@ -125,20 +125,27 @@ class GittinsPolicy(PreemptivePolicy):
             if ran:
                 started = np.fromiter((j.started_at for j in jobs), float, n)
                 attained += np.maximum(now - started, 0.0) * gpus
-            cap = np.fromiter((j.time_limit for j in jobs), float, n) * gpus
-            ids = [j.id for j in jobs]
+            limits = np.fromiter((j.time_limit for j in jobs), float, n)
+            cap = limits * gpus
             if ratios is None or not (np.isfinite(attained).all() and (cap > 0).all()):
-                each = map(index, attained.tolist(), (j.time_limit for j in jobs), gpus.tolist())
-                return dict(zip(ids, each, strict=True))
+                each = map(index, attained.tolist(), limits.tolist(), gpus.tolist())
+                return np.fromiter(each, float, n)
             full = attained >= cap
             steps = np.where(full, 0.0, np.floor(attained / cap * RATIO_STEPS))
             kinds, back = np.unique(steps, return_inverse=True)
             table = np.array([ratios.index(k / RATIO_STEPS) for k in kinds.tolist()], float)
-            out = np.where(full, 1.0, table[back.reshape(-1)] / cap)
-            return dict(zip(ids, out.tolist(), strict=True))
+            return np.where(full, 1.0, table[back.reshape(-1)] / cap)
 
-        pending_index = indices_of(snapshot.pending, ran=False)
-        running_of = indices_of(snapshot.running, ran=True)
+        # In snapshot order, and by job id.
+        indices = indices_of(snapshot.pending, ran=False)
+        pending_index = dict(zip((j.id for j in snapshot.pending), indices.tolist(), strict=True))
+        running_of = dict(
+            zip(
+                (r.id for r in snapshot.running),
+                indices_of(snapshot.running, ran=True).tolist(),
+                strict=True,
+            )
+        )
         tiers = self.tiers(snapshot, lambda j: pending_index[j.id])
 
         def remaining(attained: float, limit: float, gpus: float) -> float:
@@ -284,7 +291,6 @@ class GittinsPolicy(PreemptivePolicy):
             return scale * np.array(each, float)[back.reshape(-1)]
 
         preempt = bool(snapshot.settings.get("gittins_preemption", True))
-        indices = np.fromiter(pending_index.values(), float, len(pending_index))
         if tiers is None:
             rule_key: Callable[[PendingJob], Any] = lambda j: pending_index[j.id]  # noqa: E731
             order, ranked = queue_order(snapshot, (-indices,))
