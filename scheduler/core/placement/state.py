@@ -213,10 +213,6 @@ class CapacityState:
             job.memory_mb,
         )
 
-    def has_partial(self) -> bool:
-        """Whether some schedulable GPU is partly used and still has room."""
-        return any(ki.pmask for ki in self._kinds.values())
-
     def partial_compute(self) -> dict[str, int]:
         """Per GPU model, the most free compute percent of a partly used schedulable GPU
         with room (models without one are absent)."""

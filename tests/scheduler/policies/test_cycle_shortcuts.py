@@ -99,7 +99,14 @@ def _capacity_view(cap: FreeCapacity, snapshot: Snapshot) -> tuple:
     gpus = {(n.name, g.index): cap.free_on(n.name, g.index) for n in snapshot.nodes for g in n.gpus}
     fits = [cap.best_fit_members(j) for j in snapshot.pending]
     wholes = {n.name: (cap.whole_free(n.name), cap.host_free(n.name)) for n in snapshot.nodes}
-    return gpus, fits, wholes, cap.largest_free_block(), cap.free_gpus_total(), cap.has_partial()
+    return (
+        gpus,
+        fits,
+        wholes,
+        cap.largest_free_block(),
+        cap.free_gpus_total(),
+        cap.partial_compute(),
+    )
 
 
 @CHECKS
