@@ -49,6 +49,14 @@ class FlagFilter(django_filters.CharFilter):
     """true/false (or 1/0, yes/no, on/off); the method refuses anything else."""
 
 
+ID_MAX = 2**63 - 1  # ids are 64-bit columns
+
+
+@extend_schema_field({"type": "integer", "minimum": 1, "maximum": ID_MAX})
+class WholeFilter(django_filters.CharFilter):
+    """A whole number; the method checks its range and says what is wrong (400)."""
+
+
 class JobFilter(django_filters.FilterSet):
     """Filters of the job list; a value that is not valid for its filter is a 400."""
 
@@ -56,9 +64,7 @@ class JobFilter(django_filters.FilterSet):
     team = django_filters.CharFilter(field_name="team__slug")
     owner = django_filters.CharFilter(field_name="owner__username")
     mine = FlagFilter(method="filter_mine", help_text="Only your own jobs.")
-    array = django_filters.NumberFilter(
-        field_name="array_id", help_text="Only the tasks of this job array."
-    )
+    array = WholeFilter(method="filter_array", help_text="Only the tasks of this job array.")
 
     class Meta:
         model = Job
@@ -69,6 +75,18 @@ class JobFilter(django_filters.FilterSet):
         if word not in TRUE_WORDS | FALSE_WORDS:
             raise ValidationError({"mine": [f"Give true or false; got {value!r}."]})
         return queryset.filter(owner=self.request.user) if word in TRUE_WORDS else queryset
+
+    def filter_array(self, queryset: QuerySet[Job], name: str, value: str) -> QuerySet[Job]:
+        text = value.strip()
+        if not (text.isascii() and text.isdigit()) or not 1 <= int(text) <= ID_MAX:
+            raise ValidationError(
+                {
+                    "array": [
+                        f"Give a job array's id, a whole number from 1 to {ID_MAX}; got {value!r}."
+                    ]
+                }
+            )
+        return queryset.filter(array_id=int(text))
 
 
 LIST_PARAMS = ("state", "team", "owner", "mine", "array", "ordering", "page", "page_size")

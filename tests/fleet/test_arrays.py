@@ -113,7 +113,11 @@ def test_list_filters_by_array(owner_api: Any, fleet_nodes: Any) -> None:
     owner_api.post(SUBMIT, _job(), format="json")
     listed = owner_api.get(f"{SUBMIT}?array={first['array_id']}").json()
     assert sorted(j["id"] for j in listed["results"]) == sorted(first["job_ids"])
-    assert owner_api.get(f"{SUBMIT}?array=nope").status_code == 400
+    for bad in ("nope", "1.5", "0", "-3", str(2**63), "1e30"):
+        refused = owner_api.get(f"{SUBMIT}?array={bad}")
+        assert refused.status_code == 400, bad
+        assert "whole number from 1 to" in refused.json()["extra"]["fields"]["array"][0]
+    assert owner_api.get(f"{SUBMIT}?array={2**63 - 1}").json()["results"] == []
 
 
 def test_array_detail_counts_states(owner_api: Any, outsider_api: Any, fleet_nodes: Any) -> None:
@@ -293,8 +297,12 @@ def test_bulk_and_array_queries_do_not_grow_with_the_number_of_jobs(
         return _queries(lambda: _array(owner_api, n))
 
     bulk(1)  # warm up (content types, the first token lookups)
-    assert bulk(3) == bulk(60)
-    assert array(3) == array(60)
+    if connection.vendor == "postgresql":  # one statement per column set, whatever the count
+        assert bulk(3) == bulk(60)
+        assert array(3) == array(60)
+    else:  # the ORM writes in batches: a few more statements, never one per job
+        assert bulk(60) - bulk(3) <= 4
+        assert array(60) - array(3) <= 4
 
 
 def test_a_single_submit_takes_a_bounded_number_of_queries(
@@ -357,7 +365,8 @@ def test_admission_reads_the_fleet_in_one_query_and_counts_nodes_of_one_shape(
             GpuFactory(node=node, index=i, model="A100-80GB", memory_mb=81920)
     with CaptureQueriesContext(connection) as ctx:
         nodes = read_fleet()
-    assert len(ctx.captured_queries) == 2  # the newest GPU's id, then the shapes
+    # The newest GPU's id, then the shapes (PostgreSQL) or the GPUs and their nodes.
+    assert len(ctx.captured_queries) == (2 if connection.vendor == "postgresql" else 3)
     shapes = sorted((len(n.gpus), n.gpus[0].model, [g.index for g in n.gpus]) for n in nodes)
     assert shapes == [(2, "V100-32GB", [0, 1])] + [(4, "A100-80GB", [0, 1, 2, 3])] * 3
     # The next submit trusts what this process read while the fleet's shape is unchanged.
