@@ -37,7 +37,9 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from scheduler.core.model import (  # noqa: E402
     GpuState,
     NodeState,
+    PendingChanges,
     PendingJob,
+    RunningChanges,
     RunningJob,
     Snapshot,
     TeamState,
@@ -214,7 +216,18 @@ def next_snapshot(snapshot: Snapshot, placed: set[int], arrivals: int, seed: int
         for i in range(arrivals)
     ]
     pending = tuple(j for j in snapshot.pending if j.id not in placed) + tuple(new)
-    return replace(snapshot, now=snapshot.now + 60.0, pending=pending)
+    # What changed, as the simulator says it with every snapshot (the running jobs are
+    # the same objects: this cycle's starts are not added, to keep the fleet as it was).
+    changes = PendingChanges(
+        snapshot.pending, tuple(new), tuple(j for j in snapshot.pending if j.id in placed)
+    )
+    return replace(
+        snapshot,
+        now=snapshot.now + 60.0,
+        pending=pending,
+        pending_changes=changes,
+        running_changes=RunningChanges(snapshot.running, (), ()),
+    )
 
 
 def cycle_cpu(policy: Any, snapshot: Snapshot, repeat: int, warm: Snapshot | None) -> float:

@@ -5,6 +5,7 @@ when a walk can stop early."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 import numpy as np
@@ -96,6 +97,26 @@ class HeldReservation:
         return choice
 
 
+@dataclass(frozen=True, slots=True)
+class FractionColumns:
+    """Per queue position: the GPU compute share asked (0: none given) and the GPU model
+    asked, as a code into `models` (-1: any model)."""
+
+    compute: np.ndarray
+    model: np.ndarray
+    models: tuple[str, ...]
+
+
+@dataclass(frozen=True, slots=True)
+class TeamColumns:
+    """Per queue position: the job's team, as a code into `names`, and its GPU
+    equivalent (PendingJob.gpu_equivalent)."""
+
+    code: np.ndarray
+    amount: np.ndarray
+    names: tuple[str, ...]
+
+
 class QueueRest:
     """Where in a queue the jobs are that might start, from what they need: whole GPUs on
     one node (a multi-node gang its GPUs per node; 0 for a fraction) and their time
@@ -109,7 +130,12 @@ class QueueRest:
         limits: np.ndarray,
         share: np.ndarray,
         jobs: Sequence[PendingJob] | None = None,
+        *,
+        fractions: FractionColumns | None = None,
+        teams: TeamColumns | None = None,
     ) -> None:
+        """`fractions` and `teams`: what the walk would otherwise read from `jobs`, where
+        the caller keeps them as columns (per position, as `per_node`)."""
         self.size = len(per_node)
         self._need = np.maximum(per_node, 1)  # a fraction needs one GPU with room
         self._fraction = per_node == 0
@@ -120,6 +146,16 @@ class QueueRest:
         # The fractions' positions, compute shares and model codes (-1: any model).
         self._fractions: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
         self._models: list[str] = []
+        self._fraction_columns = fractions
+        self._teams = teams
+
+    def guarantee_test(self, teams: Mapping[str, TeamState]) -> GuaranteeTest:
+        """GuaranteeTest over this queue: from the team columns where given, else from
+        the jobs."""
+        if self._teams is not None:
+            return GuaranteeTest.of_columns(self._teams, teams)
+        assert self.jobs is not None
+        return GuaranteeTest(self.jobs, teams)
 
     @classmethod
     def of(cls, jobs: list[PendingJob]) -> QueueRest:
@@ -161,6 +197,12 @@ class QueueRest:
     def _fractions_from(self, i: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
         """The fractions at positions from i on: positions, compute shares (at least 1,
         as a partly used GPU has), model codes into `_models` (-1: no model asked)."""
+        if self._fractions is None and self._fraction_columns is not None:
+            pos = np.flatnonzero(self._fraction)
+            given = self._fraction_columns
+            comp = np.maximum(given.compute.take(pos), 1)
+            self._models = list(given.models)
+            self._fractions = (pos, comp, given.model.take(pos))
         if self._fractions is None:
             assert self.jobs is not None
             pos = np.flatnonzero(self._fraction)
@@ -186,9 +228,19 @@ class GuaranteeTest:
     def __init__(self, jobs: Sequence[PendingJob], teams: Mapping[str, TeamState]) -> None:
         index: dict[str, int] = {}
         n = len(jobs)
-        self._codes = np.fromiter((index.setdefault(j.team, len(index)) for j in jobs), np.int64, n)
-        self._amounts = np.fromiter((j.gpu_equivalent for j in jobs), float, n)
-        self._teams = list(index)
+        codes = np.fromiter((index.setdefault(j.team, len(index)) for j in jobs), np.int64, n)
+        amounts = np.fromiter((j.gpu_equivalent for j in jobs), float, n)
+        self._set(TeamColumns(codes, amounts, tuple(index)), teams)
+
+    @classmethod
+    def of_columns(cls, columns: TeamColumns, teams: Mapping[str, TeamState]) -> GuaranteeTest:
+        test = cls.__new__(cls)
+        test._set(columns, teams)
+        return test
+
+    def _set(self, columns: TeamColumns, teams: Mapping[str, TeamState]) -> None:
+        self._codes, self._amounts = columns.code, columns.amount
+        self._teams = list(columns.names)
         self._bounds = np.array([_guarantee(teams, t) + _EPS for t in self._teams] or [0.0], float)
 
     def within(self, i: int, usage: Mapping[str, float]) -> np.ndarray:

@@ -10,13 +10,14 @@ from typing import Any, Protocol
 import numpy as np
 
 from scheduler.core.model import PendingChanges, PendingJob
-from scheduler.policies.cycle_parts import QueueRest, per_node_need
+from scheduler.policies.cycle_parts import FractionColumns, QueueRest, TeamColumns, per_node_need
 
 # submitted, gpus, compute, id, nice, team/qos key; then what the walk reads (QueueRest):
-# GPUs per node, time limit, asks for some GPU share; then the score's size and nice terms
-# (filled by `order`, for the weights of `_terms_key`).
-_COLUMNS = 11
-_TERMS = 9
+# GPUs per node, time limit, asks for some GPU share, GPU model code (-1: any), team code,
+# GPU equivalent; then the score's size and nice terms (filled by `order`, for the
+# weights of `_terms_key`).
+_COLUMNS = 14
+_TERMS = 12
 
 
 class Scores(Protocol):
@@ -67,6 +68,8 @@ class QueueRows:
         self.keys: dict[tuple[str, str], int] = {}  # (team, qos) -> key
         self.key_list: list[tuple[str, str]] = []
         self.key_count: list[int] = []
+        self.model_codes: dict[str, int] = {}  # GPU model -> code (no model asked: -1)
+        self.team_codes: dict[str, int] = {}
         # The queue of the last call while no rows are built (held, so ids stay unique).
         self._last: dict[int, PendingJob] = {}
         # The queue the rows were last brought up to (held, so its identity stays its own).
@@ -158,6 +161,7 @@ class QueueRows:
         self.slot.update(zip(map(id, added), range(start, end), strict=True))
         self.jobs[start:end] = added
         keys, key_list, key_count = self.keys, self.key_list, self.key_count
+        models, teams = self.model_codes, self.team_codes
         pairs = [(j.team, j.qos) for j in added]
         for pair, count in Counter(pairs).items():
             key = keys.get(pair)
@@ -178,6 +182,9 @@ class QueueRows:
                     per_node_need(j),
                     j.time_limit,
                     bool(j.gpus or j.gpu_equivalent > 1e-6),
+                    -1 if j.gpu_model is None else models.setdefault(j.gpu_model, len(models)),
+                    teams.setdefault(j.team, len(teams)),
+                    j.gpu_equivalent,
                 )
                 for j, p in zip(added, pairs, strict=True)
             ],
@@ -225,8 +232,16 @@ class QueueRows:
         at = _rank(negated, submitted, ids)
         ranked = rows.take(at)
         self._ranked, self._ranked_used = ranked, self.used
-        per_node, limits, share = (cols[c].take(at) for c in range(6, _TERMS))
-        rest = QueueRest(per_node.astype(np.int64), limits, share > 0)
+        per_node, limits, share, compute, model, team, amount = (
+            cols[c].take(at) for c in (6, 7, 8, 2, 9, 10, 11)
+        )
+        fractions = FractionColumns(
+            compute.astype(np.int64), model.astype(np.int64), tuple(self.model_codes)
+        )
+        teams = TeamColumns(team.astype(np.int64), amount, tuple(self.team_codes))
+        rest = QueueRest(
+            per_node.astype(np.int64), limits, share > 0, fractions=fractions, teams=teams
+        )
         return self.jobs.take(ranked).tolist(), rest
 
     def _fill_terms(self, weights: Scores) -> None:

@@ -94,7 +94,7 @@ class QueueWalk:
                 # Reclaiming needs a team within its guarantee: with none guaranteed, a job
                 # that asks for some GPU share keeps no team within zero.
                 if self._reclaim_on and (not rest.all_share or self._guarantees()):
-                    reclaim = GuaranteeTest(jobs, self.snapshot.teams)
+                    reclaim = rest.guarantee_test(self.snapshot.teams)
                 if self.victim_rule is not None and self.rule_hint is not None:
                     ruled = self.rule_hint(jobs, self._preemptible)
             if ahead is not None and len(self.places) + len(self.preempts) == decided:

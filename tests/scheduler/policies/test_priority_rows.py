@@ -17,6 +17,7 @@ from hypothesis import strategies as st
 
 from scheduler.core.model import PendingChanges, PendingJob, Snapshot, TeamState
 from scheduler.policies import priority
+from scheduler.policies.cycle_parts import GuaranteeTest, QueueRest
 from scheduler.policies.priority import _Weights, priority_order
 from scheduler.policies.priority_rows import _rank
 from tests.scheduler.core.builders import node
@@ -254,3 +255,53 @@ def test_negated_scores_are_the_scores_negated(columns: list, now: float) -> Non
     age = np.minimum(np.maximum(now - submitted, 0.0), w.max_age) / w.max_age
     want = -(w.w_age * age + teams + qos + size_terms + nice_terms)
     assert (got == want).all()
+
+
+def _fraction_view(rest: QueueRest) -> list[tuple[int, int, str | None]]:
+    pos, comp, model = rest._fractions_from(0)
+    names = [*rest._models, None]  # code -1: any model
+    return list(zip(pos.tolist(), comp.tolist(), [names[m] for m in model.tolist()], strict=True))
+
+
+@CHECKS
+@given(
+    first=snapshots(max_nodes=3, max_pending=20),
+    keep=st.lists(st.booleans(), min_size=20, max_size=20),
+    usage=st.lists(st.floats(0, 8), min_size=3, max_size=3),
+)
+def test_the_walks_columns_from_the_rows_are_those_read_from_the_jobs(
+    first: Snapshot, keep: list[bool], usage: list[float]
+) -> None:
+    """What the walk reads of the queue (fractions' compute and model, the guarantee
+    test's teams and amounts) comes from the rows as it would from the jobs."""
+    priority_order(first)
+    priority_order(first)  # the rows are built
+    kept = [j for i, j in enumerate(first.pending) if keep[i]]
+    gone = [j for i, j in enumerate(first.pending) if not keep[i]]
+    new = [
+        PendingJob(
+            99_997,
+            "newteam",
+            "ada",
+            first.now,
+            60.0,
+            gpu_memory_mb=1024,
+            gpu_compute_percent=30,
+            gpu_model="B200",
+        ),
+        PendingJob(99_998, "newteam", "ada", first.now, 60.0, gpu_memory_mb=1024),
+        PendingJob(99_999, "vision", "bob", first.now, 60.0, gpus=2, gpu_model="A100"),
+    ]
+    second = _changed(first, replace(first, pending=(*kept, *new)), new, gone)
+    teams = {**second.teams, "newteam": TeamState("newteam", guaranteed_gpus=1)}
+    second = replace(second, teams=MappingProxyType(teams))
+    jobs, rest = priority.priority_ranked(second)
+    assert rest is not None
+    plain = QueueRest.of(jobs)
+    assert _fraction_view(rest) == _fraction_view(plain)
+    names = sorted({j.team for j in jobs})
+    used = {t: usage[k % 3] for k, t in enumerate(names)}
+    for i in range(len(jobs)):
+        assert (
+            rest.guarantee_test(teams).within(i, used) == GuaranteeTest(jobs, teams).within(i, used)
+        ).all()
