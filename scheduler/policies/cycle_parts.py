@@ -168,22 +168,23 @@ class QueueRest:
     def may_start(
         self,
         i: int,
+        end: int,
         largest: int,
         partial: Mapping[str, int],
         short: tuple[float, float, int] | None,
     ) -> np.ndarray:
-        """Over the positions from i on: whether the job needs at most `largest` GPUs, or
+        """Over the positions from i up to `end`: whether the job needs at most `largest` GPUs, or
         is a fraction asking for no more compute than some partly used GPU of its model
         has free (`partial`: per model, the most free compute of such a GPU), or, with
         `short` = (now, start, room), ends by `start` when started at `now` and needs at
         most `room` GPUs or is a fraction."""
-        need, fraction = self._need[i:], self._fraction[i:]
+        need, fraction = self._need[i:end], self._fraction[i:end]
         mask = need <= largest
         if partial and largest < 1:  # (with a whole GPU free every fraction passes)
-            if self.jobs is None:
+            if self.jobs is None and self._fraction_columns is None:
                 mask |= fraction
             else:
-                pos, comp, model = self._fractions_from(i)
+                pos, comp, model = self._fractions_from(i, end)
                 top = max(partial.values())
                 bound = np.array([partial.get(m, 0) for m in self._models] + [top])
                 mask[pos[comp <= bound[model]] - i] = True
@@ -191,12 +192,15 @@ class QueueRest:
             now, start, room = short
             if self._short is None or self._short[:2] != (now, start):
                 self._short = (now, start, now + self._limits <= start)
-            mask |= self._short[2][i:] & (fraction | (need <= room))
+            mask |= self._short[2][i:end] & (fraction | (need <= room))
         return mask
 
-    def _fractions_from(self, i: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
-        """The fractions at positions from i on: positions, compute shares (at least 1,
-        as a partly used GPU has), model codes into `_models` (-1: no model asked)."""
+    def _fractions_from(
+        self, i: int, end: int | None = None
+    ) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        """The fractions at positions from i up to `end` (None: on): positions, compute
+        shares (at least 1, as a partly used GPU has), model codes into `_models` (-1: no
+        model asked)."""
         if self._fractions is None and self._fraction_columns is not None:
             pos = np.flatnonzero(self._fraction)
             given = self._fraction_columns
@@ -216,7 +220,8 @@ class QueueRest:
             self._fractions = (pos, comp, model)
         pos, comp, model = self._fractions
         s = int(np.searchsorted(pos, i))
-        return pos[s:], comp[s:], model[s:]
+        e = len(pos) if end is None else int(np.searchsorted(pos, end))
+        return pos[s:e], comp[s:e], model[s:e]
 
 
 class GuaranteeTest:
@@ -243,11 +248,11 @@ class GuaranteeTest:
         self._teams = list(columns.names)
         self._bounds = np.array([_guarantee(teams, t) + _EPS for t in self._teams] or [0.0], float)
 
-    def within(self, i: int, usage: Mapping[str, float]) -> np.ndarray:
-        """Over the positions from i on, with the teams' present use."""
+    def within(self, i: int, end: int, usage: Mapping[str, float]) -> np.ndarray:
+        """Over the positions from i up to `end`, with the teams' present use."""
         used = np.array([usage.get(t, 0.0) for t in self._teams] or [0.0], float)
-        codes = self._codes[i:]
-        return used[codes] + self._amounts[i:] <= self._bounds[codes]
+        codes = self._codes[i:end]
+        return used[codes] + self._amounts[i:end] <= self._bounds[codes]
 
 
 def _guarantee(teams: Mapping[str, TeamState], slug: str) -> int:

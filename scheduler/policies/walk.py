@@ -15,6 +15,9 @@ from scheduler.policies.cycle_parts import GuaranteeTest, HeldReservation, Queue
 
 # Jobs found ahead that, considered, only waited, before the walk looks ahead again.
 _STALE = 8
+# Positions the walk first looks ahead over; each further look covers twice as many.
+_WINDOW = 512
+_EMPTY = np.zeros(0, np.int64)
 
 
 class QueueWalk:
@@ -74,6 +77,8 @@ class QueueWalk:
         # list of Python ints for the garbage collector to walk), from `at` on.
         ahead: np.ndarray | None = None
         at = 0
+        upto = 0  # `ahead` holds the positions found up to here (not inclusive)
+        width = _WINDOW
         wasted = 0  # jobs of `ahead` considered that only waited
         i, n = 0, len(jobs)
         while i < n:
@@ -100,9 +105,18 @@ class QueueWalk:
             if ahead is not None and len(self.places) + len(self.preempts) == decided:
                 wasted += 1
             if ahead is None or wasted >= _STALE:
-                ahead, at, wasted = self._ahead(rest, i, reclaim, ruled), 0, 0
-            while at < len(ahead) and ahead[at] < i:
-                at += 1
+                upto, width, wasted = i, _WINDOW, 0
+                ahead, at = _EMPTY, 0
+            while True:
+                while at < len(ahead) and ahead[at] < i:
+                    at += 1
+                if at < len(ahead) or upto >= n:
+                    break
+                # Nothing found ahead up to `upto`: look further, in a window twice as
+                # wide, so that a walk that stops soon never scans the whole queue.
+                end = min(n, upto + width)
+                ahead, at = self._ahead(rest, upto, end, reclaim, ruled), 0
+                upto, width = end, 2 * width
             k = int(ahead[at]) if at < len(ahead) else n
             at += 1
             if k == n:
@@ -136,10 +150,15 @@ class QueueWalk:
         )
 
     def _ahead(
-        self, rest: QueueRest, i: int, reclaim: GuaranteeTest | None, ruled: np.ndarray | None
+        self,
+        rest: QueueRest,
+        i: int,
+        end: int,
+        reclaim: GuaranteeTest | None,
+        ruled: np.ndarray | None,
     ) -> np.ndarray:
-        """The positions from i on whose job might start now, reclaim GPUs or preempt by
-        the policy's rule (given `_settled_now`)."""
+        """The positions from i up to `end` whose job might start now, reclaim GPUs or
+        preempt by the policy's rule (given `_settled_now`)."""
         largest, _ = self.cap.largest_free_block()
         held = self._reservation
         short = None
@@ -149,12 +168,12 @@ class QueueWalk:
             # node's whole free GPUs plus the held GPUs that were wholly free.
             room = max(len(self.cap.whole_free(n)) + held.whole_held(n) for n in held.nodes)
             short = (self.now, held.start, room)
-        mask = rest.may_start(i, largest, self.cap.partial_compute(), short)
+        mask = rest.may_start(i, end, largest, self.cap.partial_compute(), short)
         if len(self.preempts) < self._max_preempts:
             if reclaim is not None:
-                mask |= reclaim.within(i, self.quota.team_usage)
+                mask |= reclaim.within(i, end, self.quota.team_usage)
             if ruled is not None:
-                mask |= ruled[i:]
+                mask |= ruled[i:end]
         return np.flatnonzero(mask) + i
 
     def _wait_segment(self, jobs: list[PendingJob]) -> None:

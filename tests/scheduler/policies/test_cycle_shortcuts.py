@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from types import MappingProxyType
+from unittest.mock import patch
 
 import pytest
 from hypothesis import HealthCheck, given, settings
@@ -26,7 +27,7 @@ from scheduler.core.model import (
     Wait,
 )
 from scheduler.core.placement import FreeCapacity
-from scheduler.policies import get_policy
+from scheduler.policies import get_policy, walk
 from scheduler.policies.base import Cycle
 from scheduler.policies.priority import priority_order, priority_scores
 from tests.scheduler.invariants import assert_plan_valid
@@ -68,6 +69,10 @@ def test_shortcuts_give_the_plain_plan(name: str, snapshot: Snapshot) -> None:
     fast = get_policy(name).schedule(snapshot)
     assert fast == reference
     assert_plan_valid(snapshot, fast)
+    # The walk looks ahead in windows that double; with the first one a single position
+    # wide, these queues take several windows, as long queues do.
+    with patch.object(walk, "_WINDOW", 1):
+        assert get_policy(name).schedule(snapshot) == reference
 
 
 @pytest.mark.parametrize("name", NAMES)
@@ -239,7 +244,11 @@ def _few_fit_far_apart(pending: int = 60) -> Snapshot:
 
 @pytest.mark.parametrize("name", ["priority", "backfill", "fcfs"])
 @pytest.mark.parametrize("extra", [{}, {"explain": False}, {"explain": False, "plan_waits": False}])
-def test_walk_goes_from_one_job_that_may_start_to_the_next(name, extra, monkeypatch) -> None:
+@pytest.mark.parametrize("window", [512, 2])
+def test_walk_goes_from_one_job_that_may_start_to_the_next(
+    name, extra, window, monkeypatch
+) -> None:
+    monkeypatch.setattr(walk, "_WINDOW", window)
     snapshot = _with(_few_fit_far_apart(), **extra)
     reference = get_policy(name).schedule(_with(snapshot, fast_paths=False))
     considered = []

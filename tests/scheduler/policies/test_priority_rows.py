@@ -303,5 +303,6 @@ def test_the_walks_columns_from_the_rows_are_those_read_from_the_jobs(
     used = {t: usage[k % 3] for k, t in enumerate(names)}
     for i in range(len(jobs)):
         assert (
-            rest.guarantee_test(teams).within(i, used) == GuaranteeTest(jobs, teams).within(i, used)
+            rest.guarantee_test(teams).within(i, len(jobs), used)
+            == GuaranteeTest(jobs, teams).within(i, len(jobs), used)
         ).all()
