@@ -4,7 +4,7 @@ when a walk can stop early."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -131,11 +131,12 @@ class QueueRest:
         share: np.ndarray,
         jobs: Sequence[PendingJob] | None = None,
         *,
-        fractions: FractionColumns | None = None,
-        teams: TeamColumns | None = None,
+        fractions: FractionColumns | Callable[[], FractionColumns] | None = None,
+        teams: TeamColumns | Callable[[], TeamColumns] | None = None,
     ) -> None:
         """`fractions` and `teams`: what the walk would otherwise read from `jobs`, where
-        the caller keeps them as columns (per position, as `per_node`)."""
+        the caller keeps them as columns (per position, as `per_node`), or a function
+        that makes them when first needed."""
         self.size = len(per_node)
         self._need = np.maximum(per_node, 1)  # a fraction needs one GPU with room
         self._fraction = per_node == 0
@@ -153,7 +154,10 @@ class QueueRest:
         """GuaranteeTest over this queue: from the team columns where given, else from
         the jobs."""
         if self._teams is not None:
-            return GuaranteeTest.of_columns(self._teams, teams)
+            given = self._teams
+            return GuaranteeTest.of_columns(
+                given if isinstance(given, TeamColumns) else given(), teams
+            )
         assert self.jobs is not None
         return GuaranteeTest(self.jobs, teams)
 
@@ -204,6 +208,7 @@ class QueueRest:
         if self._fractions is None and self._fraction_columns is not None:
             pos = np.flatnonzero(self._fraction)
             given = self._fraction_columns
+            given = given if isinstance(given, FractionColumns) else given()
             comp = np.maximum(given.compute.take(pos), 1)
             self._models = list(given.models)
             self._fractions = (pos, comp, given.model.take(pos))

@@ -223,24 +223,29 @@ class QueueRows:
         )
         self._fill_terms(weights)
         rows = self._last_order()
-        cols = np.take(self.cols, rows, axis=1)  # (np.take: faster than fancy indexing)
-        submitted, ids = cols[0], cols[3]
-        key = cols[5].astype(np.int64)
+        column = self.cols
+        submitted, ids, key, size, nice = (
+            column[c].take(rows) for c in (0, 3, 5, _TERMS, _TERMS + 1)
+        )
+        key = key.astype(np.int64)
         negated = weights.negated_scores(
-            now, submitted, team_of_key[key], qos_of_key[key], cols[_TERMS], cols[_TERMS + 1]
+            now, submitted, team_of_key[key], qos_of_key[key], size, nice
         )
-        at = _rank(negated, submitted, ids)
-        ranked = rows.take(at)
+        ranked = rows.take(_rank(negated, submitted, ids))
         self._ranked, self._ranked_used = ranked, self.used
-        per_node, limits, share, compute, model, team, amount = (
-            cols[c].take(at) for c in (6, 7, 8, 2, 9, 10, 11)
-        )
-        fractions = FractionColumns(
-            compute.astype(np.int64), model.astype(np.int64), tuple(self.model_codes)
-        )
-        teams = TeamColumns(team.astype(np.int64), amount, tuple(self.team_codes))
+        per_node, limits, share = (column[c].take(ranked) for c in (6, 7, 8))
+        models, teams = tuple(self.model_codes), tuple(self.team_codes)
+
+        def fractions() -> FractionColumns:
+            compute, model = (column[c].take(ranked).astype(np.int64) for c in (2, 9))
+            return FractionColumns(compute, model, models)
+
+        def team_columns() -> TeamColumns:
+            code, amount = (column[c].take(ranked) for c in (10, 11))
+            return TeamColumns(code.astype(np.int64), amount, teams)
+
         rest = QueueRest(
-            per_node.astype(np.int64), limits, share > 0, fractions=fractions, teams=teams
+            per_node.astype(np.int64), limits, share > 0, fractions=fractions, teams=team_columns
         )
         return self.jobs.take(ranked).tolist(), rest
 

@@ -16,7 +16,7 @@ from scheduler.policies.cycle_parts import GuaranteeTest, HeldReservation, Queue
 # Jobs found ahead that, considered, only waited, before the walk looks ahead again.
 _STALE = 8
 # Positions the walk first looks ahead over; each further look covers twice as many.
-_WINDOW = 512
+_WINDOW = 4096
 _EMPTY = np.zeros(0, np.int64)
 
 
