@@ -3,25 +3,29 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 
 from scheduler.core.model import PendingJob, Plan, RunningJob, Snapshot
-from scheduler.core.preemption_cost import PreemptionCost, mean_residual
-from scheduler.core.service_distribution import ServiceDistribution, bucket
+from scheduler.core.preemption_cost import PreemptionCost
+from scheduler.core.service_distribution import ServiceDistribution
 from scheduler.policies.base import Cycle
+from scheduler.policies.cycle_parts import QueueRest
+from scheduler.policies.gittins_columns import RATIO_STEPS, IndexModel
 from scheduler.policies.gittins_hint import may_allow_any
+from scheduler.policies.gittins_rows import GittinsRows, PointsRule, QuotaInputs, RankedQueue
 from scheduler.policies.preemptive import PreemptivePolicy
+
+__all__ = ["RATIO_STEPS", "GittinsPolicy", "Tiers", "queue_order"]
 
 DEFAULT_MARGIN = 0.5  # a waiting job preempts only with an index 1.5x the runner's
 DEFAULT_MIN_SLICE = 300.0  # seconds a job runs before it may be preempted again
-RATIO_STEPS = 64  # attained / (limit x GPUs) is rounded down to 1/64ths
 
 
 # A tier per job (smaller goes first; GittinsPolicy.tiers): pending and running jobs by id.
-Tiers = tuple[dict[int, Any], dict[int, Any]]
+Tiers = tuple[Mapping[int, Any], Mapping[int, Any]]
 
 
 class GittinsPolicy(PreemptivePolicy):
@@ -67,6 +71,7 @@ class GittinsPolicy(PreemptivePolicy):
         self.margin, self.min_slice, self.use_limits = margin, min_slice, use_limits
         self._dist: ServiceDistribution | None = None
         self._ratios: ServiceDistribution | None = None
+        self._rows = GittinsRows()
 
     def _distribution(self, atoms: tuple[float, ...]) -> ServiceDistribution | None:
         """The distribution for these atoms, kept across cycles (with its index cache)."""
@@ -88,10 +93,18 @@ class GittinsPolicy(PreemptivePolicy):
         tier first, and a job never preempts one of a tier that goes before its own."""
         return None
 
-    def tier_columns(self, snapshot: Snapshot, tier: dict[int, Any]) -> tuple[np.ndarray, ...]:
+    def tier_columns(self, snapshot: Snapshot, tier: Mapping[int, Any]) -> tuple[np.ndarray, ...]:
         """The tiers of the pending jobs (in snapshot order) as sort keys, most
         significant first, comparing as the tiers do (a policy with `tiers` says how)."""
         raise NotImplementedError
+
+    def row_tiers(
+        self, snapshot: Snapshot
+    ) -> tuple[PointsRule, QuotaInputs, dict[int, Any]] | None:
+        """What the rows kept across cycles need to work out `tiers` by columns: the rule
+        for the pending jobs' priority points, what their quota tiers start from, and the
+        running jobs' tiers (None: no tiers)."""
+        return None
 
     def schedule(self, snapshot: Snapshot) -> Plan:
         now = snapshot.now
@@ -102,23 +115,12 @@ class GittinsPolicy(PreemptivePolicy):
         use_limits = bool(self.setting(snapshot, self.use_limits, "gittins_use_limits", True))
         dist = self._distribution(snapshot.service_distribution)
         ratios = self._ratio_distribution(snapshot.limit_ratio_distribution) if use_limits else None
-
-        def index(attained: float, limit: float, gpus: float) -> float:
-            cap = limit * gpus
-            if ratios is not None and cap > 0:
-                # Size = cap x ratio: the index scales as 1 / cap.
-                if attained >= cap:
-                    return 1.0  # at its limit: it ends any moment now
-                return ratios.index(math.floor(attained / cap * RATIO_STEPS) / RATIO_STEPS) / cap
-            a = bucket(attained)
-            if dist is None:
-                return 1.0 / (a + 1.0)
-            return dist.index(a, cap if use_limits and cap > 0 else math.inf)
+        model = IndexModel(dist, ratios, use_limits)
+        fast = bool(snapshot.settings.get("fast_paths", True))
 
         def indices_of(jobs: Sequence[Any], ran: bool) -> np.ndarray:
             """`index` of each job (with `ran`, of a running job with this attempt's
-            service added), by columns where every job takes the ratio path, since those
-            are the same float operations; else job by job."""
+            service added), by columns (IndexModel.indices)."""
             n = len(jobs)
             gpus = np.fromiter((j.gpu_equivalent for j in jobs), float, n)
             attained = np.fromiter((j.attained_service for j in jobs), float, n)
@@ -126,19 +128,8 @@ class GittinsPolicy(PreemptivePolicy):
                 started = np.fromiter((j.started_at for j in jobs), float, n)
                 attained += np.maximum(now - started, 0.0) * gpus
             limits = np.fromiter((j.time_limit for j in jobs), float, n)
-            cap = limits * gpus
-            if ratios is None or not (np.isfinite(attained).all() and (cap > 0).all()):
-                each = map(index, attained.tolist(), limits.tolist(), gpus.tolist())
-                return np.fromiter(each, float, n)
-            full = attained >= cap
-            steps = np.where(full, 0.0, np.floor(attained / cap * RATIO_STEPS))
-            kinds, back = np.unique(steps, return_inverse=True)
-            table = np.array([ratios.index(k / RATIO_STEPS) for k in kinds.tolist()], float)
-            return np.where(full, 1.0, table[back.reshape(-1)] / cap)
+            return model.indices(attained, limits, gpus)
 
-        # In snapshot order, and by job id.
-        indices = indices_of(snapshot.pending, ran=False)
-        pending_index = dict(zip((j.id for j in snapshot.pending), indices.tolist(), strict=True))
         running_of = dict(
             zip(
                 (r.id for r in snapshot.running),
@@ -146,16 +137,44 @@ class GittinsPolicy(PreemptivePolicy):
                 strict=True,
             )
         )
-        tiers = self.tiers(snapshot, lambda j: pending_index[j.id])
+        # The queue in order with its indices and tiers: from the rows kept across cycles
+        # where the jobs carried over, else from the snapshot's jobs.
+        queue: RankedQueue | None = None
+        row_tiers = None
+        if fast and self._rows.sync(snapshot.pending, snapshot.pending_changes):
+            row_tiers = self.row_tiers(snapshot)
+            if row_tiers is None:
+                queue = self._rows.queue(model, None, None)
+            else:
+                queue = self._rows.queue(model, row_tiers[0], row_tiers[1])
+        rest: QueueRest | None = None
+        tier_columns: tuple[np.ndarray, np.ndarray] | None = None
+        queue_left: Callable[[np.ndarray], np.ndarray] | None
+        if queue is not None:
+            pending_index: Mapping[int, float] = queue.index_of
+            tiers: Tiers | None = None
+            if row_tiers is not None:
+                assert queue.tiers is not None
+                tiers = (queue.tiers, row_tiers[2])
+                tier_columns = queue.tier_columns
+            order, rest, queue_index = queue.jobs, queue.rest, queue.index
+            queue_left = lambda rows: queue.remaining(model, rows)  # noqa: E731
+        else:
+            # In snapshot order, and by job id.
+            indices = indices_of(snapshot.pending, ran=False)
+            pending_index = dict(
+                zip((j.id for j in snapshot.pending), indices.tolist(), strict=True)
+            )
+            tiers = self.tiers(snapshot, lambda j: pending_index[j.id])
+            if tiers is None:
+                order, ranked = queue_order(snapshot, (-indices,))
+            else:
+                keys = (*self.tier_columns(snapshot, tiers[0]), -indices)
+                order, ranked = queue_order(snapshot, keys)
+            queue_index = indices[ranked]
+            queue_left = lambda rows: pending_remaining(snapshot.pending)[ranked[rows]]  # noqa: E731
 
-        def remaining(attained: float, limit: float, gpus: float) -> float:
-            """Expected GPU-seconds still to come, from the distribution the index uses."""
-            cap = limit * gpus
-            if ratios is not None and cap > 0:
-                return cap * mean_residual(ratios.atoms, attained / cap, 1.0)
-            atoms = dist.atoms if dist is not None else ()
-            return mean_residual(atoms, attained, cap if use_limits and cap > 0 else math.inf)
-
+        remaining = model.remaining
         costs = PreemptionCost.from_settings(snapshot.settings)
         check_gain = bool(snapshot.settings.get("preemption_gain_check", True))
         pending_left: dict[int, float] = {}
@@ -244,10 +263,12 @@ class GittinsPolicy(PreemptivePolicy):
 
         def rule_hint(jobs: Sequence[PendingJob], victims: list[RunningJob]) -> np.ndarray:
             left_of: Callable[[np.ndarray], np.ndarray] | None = None
+            job_tiers = None
             if jobs is order:  # the walk's queue: the columns, put in its order
-                mine = indices[ranked]
+                mine = queue_index
                 if check_gain:
-                    left_of = lambda rows: pending_remaining(snapshot.pending)[ranked[rows]]  # noqa: E731
+                    left_of = queue_left
+                job_tiers = tier_columns
             else:
                 mine = np.fromiter((pending_index[j.id] for j in jobs), float, len(jobs))
                 if check_gain:
@@ -255,49 +276,24 @@ class GittinsPolicy(PreemptivePolicy):
                         (job_left(jobs[k]) for k in rows.tolist()), float, len(rows)
                     )
             return may_allow_any(
-                victim_columns(victims), victims, jobs, mine, left_of, bound, tiers
+                victim_columns(victims), victims, jobs, mine, left_of, bound, tiers, job_tiers
             )
 
         def pending_remaining(jobs: Sequence[PendingJob]) -> np.ndarray:
-            """`job_left` of every job, by columns: the distribution is asked once per
-            distinct (attained, cap) pair, and the products are the same float operations."""
+            """`job_left` of every job, by columns (IndexModel.remainings)."""
             n = len(jobs)
             attained = np.fromiter((j.attained_service for j in jobs), float, n)
             cap = np.fromiter((j.time_limit for j in jobs), float, n) * np.fromiter(
                 (j.gpu_equivalent for j in jobs), float, n
             )
-            scale = np.ones(n)
-            if ratios is not None:
-                share = cap > 0
-                scale[share] = cap[share]
-                attained = np.where(share, attained / np.where(share, cap, 1.0), attained)
-                cut = np.where(share, 1.0, np.inf)
-            else:
-                cut = np.where(cap > 0, cap, np.inf) if use_limits else np.full(n, np.inf)
-            # Distinct (attained, cut) pairs as complex numbers (sorted by real part, then
-            # imaginary: one fast 1-D unique); a cut of 1.0 goes with the ratio atoms.
-            both = np.empty(n, complex)
-            both.real, both.imag = attained, cut
-            pairs, back = np.unique(both, return_inverse=True)
-            plain = dist.atoms if dist is not None else ()
-            each = [
-                mean_residual(
-                    ratios.atoms if ratios is not None and c.imag == 1.0 else plain,
-                    c.real,
-                    c.imag,
-                )
-                for c in pairs.tolist()
-            ]
-            return scale * np.array(each, float)[back.reshape(-1)]
+            return model.remainings(attained, cap)
 
         preempt = bool(snapshot.settings.get("gittins_preemption", True))
         if tiers is None:
             rule_key: Callable[[PendingJob], Any] = lambda j: pending_index[j.id]  # noqa: E731
-            order, ranked = queue_order(snapshot, (-indices,))
         else:
             tier = tiers[0]
             rule_key = lambda j: (tier[j.id], pending_index[j.id])  # noqa: E731
-            order, ranked = queue_order(snapshot, (*self.tier_columns(snapshot, tier), -indices))
         cycle = Cycle(
             snapshot,
             self.name,
@@ -306,10 +302,10 @@ class GittinsPolicy(PreemptivePolicy):
             rule_key=rule_key,
             # settings "fast_paths" false: the rule alone, the reference the filter is
             # tested against.
-            victim_filter=victim_filter if snapshot.settings.get("fast_paths", True) else None,
-            rule_hint=rule_hint if snapshot.settings.get("fast_paths", True) else None,
+            victim_filter=victim_filter if fast else None,
+            rule_hint=rule_hint if fast else None,
         )
-        cycle.consider_all(order)
+        cycle.consider_all(order, rest)
         notes = (
             () if dist is not None else ("gittins: no size history yet, least attained service",)
         )

@@ -4,7 +4,7 @@ they cannot start."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
@@ -23,7 +23,8 @@ def may_allow_any(
     mine: np.ndarray,
     left: Callable[[np.ndarray], np.ndarray] | None,
     loss_bound: float,
-    tiers: tuple[dict[int, Any], dict[int, Any]] | None,
+    tiers: tuple[Mapping[int, Any], Mapping[int, Any]] | None,
+    job_tiers: tuple[np.ndarray, np.ndarray] | None = None,
 ) -> np.ndarray:
     """Per job of `jobs` (`mine`: their indices; `left`: their expected remaining service
     at the positions given, for the gain check), False only where the rule allows it none
@@ -33,7 +34,8 @@ def may_allow_any(
     service plus the victim's cost. The loss bound (every victim would lose more than
     `loss_bound` times the job's remaining service) is tested apart, over all victims. So
     a job some victim passes is kept. Anything not a plain number (NaN, infinity) keeps
-    every job."""
+    every job. `job_tiers`: the jobs' tiers (negated points, quota tier) as columns, where
+    the caller has them (else they are read from `tiers` by job)."""
     n = len(jobs)
     keep = ~columns["young"]
     if not keep.any():
@@ -61,15 +63,34 @@ def may_allow_any(
     else:
         kept = [v for v, k in zip(victims, keep.tolist(), strict=True) if k]
         of_victim = [tiers[1][v.id] for v in kept]
-        of_job = [tiers[0][j.id] for j in jobs]
-        if not _plain(of_victim) or not _plain(of_job):
+        if not _plain(of_victim):
             return everyone
-        rank = {t: r for r, t in enumerate(sorted(set(of_victim) | set(of_job)))}
+        if job_tiers is None:
+            of_job = [tiers[0][j.id] for j in jobs]
+            if not _plain(of_job):
+                return everyone
+            kinds = list(dict.fromkeys(of_job))
+            code_of = {t: c for c, t in enumerate(kinds)}
+            codes = np.fromiter((code_of[t] for t in of_job), np.int64, n)
+        else:
+            points, quota = job_tiers
+            if np.isnan(points).any():
+                return everyone
+            # A code per distinct (points, quota) pair.
+            values, back = np.unique(points, return_inverse=True)
+            pair = 2 * back.reshape(-1) + quota
+            distinct, codes = np.unique(pair, return_inverse=True)
+            codes = codes.reshape(-1)
+            kinds = [(values[p // 2].item(), int(p % 2)) for p in distinct.tolist()]
+        rank = {t: r for r, t in enumerate(sorted(set(of_victim) | set(kinds)))}
         victim_rank = np.fromiter((rank[of_victim[k]] for k in by_bound.tolist()), np.int64)
-        positions: dict[Any, list[int]] = {}
-        for k, t in enumerate(of_job):
-            positions.setdefault(t, []).append(k)
-        groups = [(np.array(at, np.int64), victim_rank >= rank[t]) for t, at in positions.items()]
+        by_code = np.argsort(codes, kind="stable")
+        cuts = np.flatnonzero(np.diff(codes[by_code])) + 1
+        groups = [
+            (at, victim_rank >= rank[kinds[int(codes[at[0]])]])
+            for at in np.split(by_code, cuts)
+            if len(at)
+        ]
     ok = np.zeros(n, bool)
     best = np.full(n, -np.inf)  # the most gain among the victims a job may take
     for at, allowed in groups:

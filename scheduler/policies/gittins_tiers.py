@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -10,16 +10,16 @@ import numpy as np
 from scheduler.core.model import PendingJob, Snapshot
 from scheduler.core.preemption_cost import QOS_RANKS_DEFAULT
 from scheduler.policies.gittins import GittinsPolicy, Tiers, queue_order
+from scheduler.policies.gittins_rows import PointsRule, QuotaInputs
 from scheduler.policies.priority import setting
 
 _EPS = 1e-9
 WITHIN, BEYOND = 0, 1  # quota tiers: within the team's guarantee, and beyond it
 
 
-def priority_points(snapshot: Snapshot) -> Callable[[Any], float]:
-    """A job's priority tier in the priority policy's points: QoS rank over the top rank
-    times "priority_weight_qos" (default 1000), plus the job's priority (nice) times
-    "priority_weight_job" (default 1). Higher goes first."""
+def points_rule(snapshot: Snapshot) -> PointsRule:
+    """`priority_points` in parts: the QoS part per QoS, the weight of the job's
+    priority, and what they depend on."""
     s = snapshot.settings
     ranks = s.get("qos_ranks") or QOS_RANKS_DEFAULT
     top = max(max(ranks.values()), 1)
@@ -27,8 +27,21 @@ def priority_points(snapshot: Snapshot) -> Callable[[Any], float]:
     w_job = float(setting(s, "priority_weight_job"))
     default = ranks.get("normal", 0)
 
+    def qos_part(qos: str) -> float:
+        return w_qos * ranks.get(qos, default) / top
+
+    return PointsRule(qos_part, w_job, (tuple(ranks.items()), w_qos, w_job))
+
+
+def priority_points(snapshot: Snapshot) -> Callable[[Any], float]:
+    """A job's priority tier in the priority policy's points: QoS rank over the top rank
+    times "priority_weight_qos" (default 1000), plus the job's priority (nice) times
+    "priority_weight_job" (default 1). Higher goes first."""
+    rule = points_rule(snapshot)
+    qos_part, w_job = rule.qos_part, rule.w_job
+
     def points(job: Any) -> float:
-        return w_qos * ranks.get(job.qos, default) / top + w_job * job.priority
+        return qos_part(job.qos) + w_job * job.priority
 
     return points
 
@@ -82,28 +95,40 @@ class GittinsTiersPolicy(GittinsPolicy):
 
     name = "gittins-tiers"
 
-    def tiers(self, snapshot: Snapshot, index: Callable[[PendingJob], float]) -> Tiers:
-        points = priority_points(snapshot)
-        pending_points = {j.id: points(j) for j in snapshot.pending}
+    def _running_tiers(
+        self, snapshot: Snapshot, points: Callable[[Any], float]
+    ) -> tuple[dict[int, Any], dict[str, float]]:
+        """The running jobs' tiers (their quota tiers counting each team's running jobs by
+        start time), and the GPUs each team runs."""
         running_points = {r.id: points(r) for r in snapshot.running}
-        usage: dict[str, float] = {}
         running_quota = _quota_tiers(
             snapshot, sorted(snapshot.running, key=lambda r: (r.started_at, r.id)), {}
         )
+        usage: dict[str, float] = {}
         for r in snapshot.running:
             usage[r.team] = usage.get(r.team, 0.0) + r.gpu_equivalent
+        running = {r.id: (-running_points[r.id], running_quota[r.id]) for r in snapshot.running}
+        return running, usage
+
+    def tiers(self, snapshot: Snapshot, index: Callable[[PendingJob], float]) -> Tiers:
+        points = priority_points(snapshot)
+        pending_points = {j.id: points(j) for j in snapshot.pending}
+        running, usage = self._running_tiers(snapshot, points)
         n = len(snapshot.pending)
         points_col = np.fromiter(pending_points.values(), float, n)
         index_col = np.fromiter((index(j) for j in snapshot.pending), float, n)
         ranked, _ = queue_order(snapshot, (-points_col, -index_col))
         pending_quota = _quota_tiers(snapshot, ranked, usage)
         pending = {j.id: (-pending_points[j.id], pending_quota[j.id]) for j in snapshot.pending}
-        running: dict[int, Any] = {
-            r.id: (-running_points[r.id], running_quota[r.id]) for r in snapshot.running
-        }
         return pending, running
 
-    def tier_columns(self, snapshot: Snapshot, tier: dict[int, Any]) -> tuple[np.ndarray, ...]:
+    def row_tiers(self, snapshot: Snapshot) -> tuple[PointsRule, QuotaInputs, dict[int, Any]]:
+        rule = points_rule(snapshot)
+        running, usage = self._running_tiers(snapshot, priority_points(snapshot))
+        guarantees = {t: team.guaranteed_gpus for t, team in snapshot.teams.items()}
+        return rule, QuotaInputs(usage, guarantees), running
+
+    def tier_columns(self, snapshot: Snapshot, tier: Mapping[int, Any]) -> tuple[np.ndarray, ...]:
         n = len(snapshot.pending)
         points = np.fromiter((tier[j.id][0] for j in snapshot.pending), float, n)
         quota = np.fromiter((tier[j.id][1] for j in snapshot.pending), float, n)
