@@ -57,19 +57,21 @@ class RankedQueue:
         index_of: Mapping[int, float],
         tiers: Mapping[int, Any] | None,
         tier_columns: tuple[np.ndarray, np.ndarray] | None,
-        attained: np.ndarray,
-        cap: np.ndarray,
+        cols: np.ndarray,
+        rows: np.ndarray,
     ) -> None:
         self.jobs, self.rest = jobs, rest
         self.index = index  # per position
         self.index_of = index_of  # by job id
         self.tiers = tiers  # by job id: (negated points, quota tier)
         self.tier_columns = tier_columns  # per position: negated points, quota tier
-        self._attained, self._cap = attained, cap
+        self._cols, self._rows = cols, rows  # the rows' columns, the row of each position
 
     def remaining(self, model: IndexModel, positions: np.ndarray) -> np.ndarray:
         """Expected remaining service of the jobs at these positions."""
-        return model.remainings(self._attained.take(positions), self._cap.take(positions))
+        rows = self._rows.take(positions)
+        attained, limit, gpus = (self._cols[c].take(rows) for c in (_ATTAINED, _LIMIT, _GPUS))
+        return model.remainings(attained, limit * gpus)
 
 
 class _ByRow(Mapping[int, Any]):
@@ -289,27 +291,22 @@ class GittinsRows:
             tier_columns = (negated.take(by_tier), tier.take(by_tier))
             quota_by_row = np.zeros(len(self.live), np.int64)
             quota_by_row[ranked] = tier
-        per_node, limits, share, compute, models, teams, gpus, attained, limit, index = (
-            cols[c].take(final)
-            for c in (
-                _PER_NODE,
-                _LIMIT,
-                _SHARE,
-                _COMPUTE,
-                _MODEL,
-                _TEAM,
-                _GPUS,
-                _ATTAINED,
-                _LIMIT,
-                _INDEX,
-            )
+        per_node, limits, share, index = (
+            cols[c].take(final) for c in (_PER_NODE, _LIMIT, _SHARE, _INDEX)
         )
-        fractions = FractionColumns(
-            compute.astype(np.int64), models.astype(np.int64), tuple(self.model_codes)
-        )
-        team_columns = TeamColumns(teams.astype(np.int64), gpus, tuple(self.team_codes))
+        model_names, team_names = tuple(self.model_codes), tuple(self.team_codes)
+
+        # The columns the walk reads only once it looks past what may start now.
+        def fractions() -> FractionColumns:
+            compute, models = (cols[c].take(final).astype(np.int64) for c in (_COMPUTE, _MODEL))
+            return FractionColumns(compute, models, model_names)
+
+        def teams() -> TeamColumns:
+            code, gpus = cols[_TEAM].take(final).astype(np.int64), cols[_GPUS].take(final)
+            return TeamColumns(code, gpus, team_names)
+
         rest = QueueRest(
-            per_node.astype(np.int64), limits, share > 0, fractions=fractions, teams=team_columns
+            per_node.astype(np.int64), limits, share > 0, fractions=fractions, teams=teams
         )
         index_col = cols[_INDEX]
         index_of = _ByRow(self.row_of, lambda r: float(index_col[r]))
@@ -318,14 +315,7 @@ class GittinsRows:
             points_col, by_row = cols[_POINTS], quota_by_row
             tiers = _ByRow(self.row_of, lambda r: (float(points_col[r]), int(by_row[r])))
         return RankedQueue(
-            self.jobs.take(final).tolist(),
-            rest,
-            index,
-            index_of,
-            tiers,
-            tier_columns,
-            attained,
-            limit * gpus,
+            self.jobs.take(final).tolist(), rest, index, index_of, tiers, tier_columns, cols, final
         )
 
     def _fill(self, start: int, end: int, model: IndexModel, points: PointsRule | None) -> None:
