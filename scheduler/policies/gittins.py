@@ -158,7 +158,7 @@ class GittinsPolicy(PreemptivePolicy):
                 tiers = (queue.tiers, row_tiers[2])
                 tier_columns = queue.tier_columns
             order, rest, queue_index = queue.jobs, queue.rest, queue.index
-            queue_left = lambda rows: queue.remaining(model, rows)  # noqa: E731
+            queue_left = queue.remaining
         else:
             # In snapshot order, and by job id.
             indices = indices_of(snapshot.pending, ran=False)

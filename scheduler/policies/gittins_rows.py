@@ -18,12 +18,13 @@ from scheduler.policies.gittins_columns import IndexModel, quota_within
 
 # Columns: submitted, id, attained service, time limit, GPU equivalent, priority, QoS code,
 # team code, GPUs per node, asks for some GPU share, compute share asked, GPU model code
-# (-1: any); then filled per cycle: bucket of the attained service (NaN: not computed),
-# index, negated priority points.
+# (-1: any); then filled for the distributions and settings of the cycle: bucket of the
+# attained service (NaN: not computed), index, negated priority points, expected remaining
+# service.
 _SUBMITTED, _ID, _ATTAINED, _LIMIT, _GPUS, _PRIORITY, _QOS, _TEAM = range(8)
-_PER_NODE, _SHARE, _COMPUTE, _MODEL, _BUCKET, _INDEX, _POINTS = range(8, 15)
+_PER_NODE, _SHARE, _COMPUTE, _MODEL, _BUCKET, _INDEX, _POINTS, _LEFT = range(8, 16)
 _FROM_JOBS = 12
-_COLUMNS = 15
+_COLUMNS = 16
 
 
 @dataclass(frozen=True, eq=False)
@@ -65,13 +66,11 @@ class RankedQueue:
         self.index_of = index_of  # by job id
         self.tiers = tiers  # by job id: (negated points, quota tier)
         self.tier_columns = tier_columns  # per position: negated points, quota tier
-        self._cols, self._rows = cols, rows  # the rows' columns, the row of each position
+        self._left, self._rows = cols[_LEFT], rows  # by row; the row of each position
 
-    def remaining(self, model: IndexModel, positions: np.ndarray) -> np.ndarray:
+    def remaining(self, positions: np.ndarray) -> np.ndarray:
         """Expected remaining service of the jobs at these positions."""
-        rows = self._rows.take(positions)
-        attained, limit, gpus = (self._cols[c].take(rows) for c in (_ATTAINED, _LIMIT, _GPUS))
-        return model.remainings(attained, limit * gpus)
+        return self._left.take(self._rows.take(positions))
 
 
 class _ByRow(Mapping[int, Any]):
@@ -319,7 +318,8 @@ class GittinsRows:
         )
 
     def _fill(self, start: int, end: int, model: IndexModel, points: PointsRule | None) -> None:
-        """The bucket, index and points columns of rows start to end (gone rows too)."""
+        """The bucket, index, points and remaining service columns of rows start to end
+        (gone rows too)."""
         cols = self.cols
         attained = cols[_ATTAINED, start:end]
         need = (model.ratios is None) | ~(cols[_LIMIT, start:end] * cols[_GPUS, start:end] > 0)
@@ -327,9 +327,9 @@ class GittinsRows:
         for k in np.flatnonzero(need).tolist():
             cols[_BUCKET, start + k] = bucket(float(attained[k]))
         buckets = cols[_BUCKET, start:end]
-        cols[_INDEX, start:end] = model.indices(
-            attained, cols[_LIMIT, start:end], cols[_GPUS, start:end], buckets.take
-        )
+        limits, gpus = cols[_LIMIT, start:end], cols[_GPUS, start:end]
+        cols[_INDEX, start:end] = model.indices(attained, limits, gpus, buckets.take)
+        cols[_LEFT, start:end] = model.remainings(attained, limits * gpus)
         if points is None:
             cols[_POINTS, start:end] = 0.0
         else:
