@@ -17,15 +17,20 @@ _EPS = 1e-9
 WITHIN, BEYOND = 0, 1  # quota tiers: within the team's guarantee, and beyond it
 
 
-def points_rule(snapshot: Snapshot) -> PointsRule:
-    """`priority_points` in parts: the QoS part per QoS, the weight of the job's
-    priority, and what they depend on."""
+def _points_weights(snapshot: Snapshot) -> tuple[Mapping[str, int], int, float, float, int]:
+    """QoS ranks, the top rank, the QoS and job priority weights, the default rank."""
     s = snapshot.settings
     ranks = s.get("qos_ranks") or QOS_RANKS_DEFAULT
     top = max(max(ranks.values()), 1)
     w_qos = float(setting(s, "priority_weight_qos"))
     w_job = float(setting(s, "priority_weight_job"))
-    default = ranks.get("normal", 0)
+    return ranks, top, w_qos, w_job, ranks.get("normal", 0)
+
+
+def points_rule(snapshot: Snapshot) -> PointsRule:
+    """`priority_points` in parts, for columns: the QoS part per QoS (the points are it
+    plus the job priority's weight times the priority), and what they depend on."""
+    ranks, top, w_qos, w_job, default = _points_weights(snapshot)
 
     def qos_part(qos: str) -> float:
         return w_qos * ranks.get(qos, default) / top
@@ -37,11 +42,10 @@ def priority_points(snapshot: Snapshot) -> Callable[[Any], float]:
     """A job's priority tier in the priority policy's points: QoS rank over the top rank
     times "priority_weight_qos" (default 1000), plus the job's priority (nice) times
     "priority_weight_job" (default 1). Higher goes first."""
-    rule = points_rule(snapshot)
-    qos_part, w_job = rule.qos_part, rule.w_job
+    ranks, top, w_qos, w_job, default = _points_weights(snapshot)
 
     def points(job: Any) -> float:
-        return qos_part(job.qos) + w_job * job.priority
+        return w_qos * ranks.get(job.qos, default) / top + w_job * job.priority
 
     return points
 
