@@ -11,10 +11,11 @@ from typing import Any
 
 import numpy as np
 
-from scheduler.core.model import PendingChanges, PendingJob
+from scheduler.core.model import PendingJob
 from scheduler.core.service_distribution import bucket
 from scheduler.policies.cycle_parts import FractionColumns, QueueRest, TeamColumns, per_node_need
 from scheduler.policies.gittins_columns import IndexModel, quota_within
+from scheduler.policies.job_rows import JobRows
 
 # Columns: submitted, id, attained service, time limit, GPU equivalent, priority, QoS code,
 # team code, GPUs per node, asks for some GPU share, compute share asked, GPU model code
@@ -89,26 +90,17 @@ class _ByRow(Mapping[int, Any]):
         return len(self._row_of)
 
 
-class GittinsRows:
+class GittinsRows(JobRows):
     """The Gittins inputs of pending jobs, kept across cycles by job object.
 
-    As QueueRows (scheduler.policies.priority_rows) keeps the priority policy's: a driver
-    that carries its (frozen) PendingJob objects over between snapshots (the simulator)
-    has the rows of new jobs added and those of jobs gone dropped, from the snapshot's
-    `pending_changes` where they match the rows, else by comparing queues. Only the very
-    same object reuses a row; a queue that lists one job twice, or two jobs with one id,
-    is left to the plain path, as is one with a sort key that is not a plain number.
+    Rows are added and dropped as JobRows says (scheduler.policies.job_rows); a queue
+    with a sort key that is not a plain number is left to the plain path too.
 
     The index column is recomputed (by columns) when the distributions change, and the
     queue's order by (tier points, index, submit time, id) is kept from cycle to cycle,
     the new jobs inserted; the quota tiers, which move with the teams' use, are worked
     out by columns every cycle.
     """
-
-    def __init__(self) -> None:
-        self.builds = 0  # times the rows were built (for tests and benches)
-        self.changes_used = 0  # syncs answered from the snapshot's pending_changes
-        self._reset()
 
     def _reset(self) -> None:
         self.slot: dict[int, int] = {}  # id(job) -> row
@@ -128,59 +120,6 @@ class GittinsRows:
         self._ranked_used = 0
         self._keys: tuple[IndexModel, Any] | None = None
         self._filled = 0
-
-    # -- bringing the rows up to the queue (as QueueRows) -----------------------------
-
-    def sync(self, pending: tuple[PendingJob, ...], changes: PendingChanges | None = None) -> bool:
-        """Bring the rows up to this queue; False when the plain path must answer."""
-        if changes is not None and self._synced is not None and changes.before is self._synced:
-            if self._apply(pending, changes):
-                self.changes_used += 1
-                self._synced = pending
-                return True
-        self._synced = None
-        if self._compare(pending):
-            self._synced = pending
-            return True
-        return False
-
-    def _apply(self, pending: tuple[PendingJob, ...], changes: PendingChanges) -> bool:
-        slot, jobs = self.slot, self.jobs
-        removed, added = changes.removed, changes.added
-        if len(pending) != len(slot) - len(removed) + len(added):
-            return False
-        gone = [id(j) for j in removed]
-        if len(set(gone)) != len(gone):
-            return False
-        for key, job in zip(gone, removed, strict=True):
-            row = slot.get(key)
-            if row is None or jobs[row] is not job:
-                return False
-        if any(id(j) in slot for j in added):
-            return False
-        self._drop(gone)
-        return self._add(list(added))
-
-    def _compare(self, pending: tuple[PendingJob, ...]) -> bool:
-        now = dict(zip(map(id, pending), pending, strict=True))
-        if len(now) != len(pending):
-            self._reset()
-            return False
-        slot = self.slot
-        if not slot:
-            # Rows are built on the first call that finds jobs of the last one: a driver
-            # that builds new objects every cycle (production) takes the plain path.
-            last, self._last = self._last, now
-            if now.keys().isdisjoint(last):
-                return not pending
-            self.builds += 1
-        gone = slot.keys() - now.keys()
-        if slot and len(gone) == len(slot):
-            self._reset()
-            self._last = now
-            return not pending
-        self._drop(gone)
-        return self._add([now[k] for k in now.keys() - slot.keys()])
 
     def _drop(self, gone: Iterable[int]) -> None:
         slot, jobs = self.slot, self.jobs
@@ -230,20 +169,7 @@ class GittinsRows:
         self.live[start:end] = True
         return True
 
-    def _grow(self, more: int) -> None:
-        """Room for `more` rows, dropping the rows of jobs gone."""
-        rows = np.flatnonzero(self.live)
-        kept = len(rows)
-        size = max(64, 2 * (kept + more))
-        cols = np.zeros((_COLUMNS, size))
-        cols[:, :kept] = self.cols[:, rows]
-        jobs = np.empty(size, object)
-        jobs[:kept] = self.jobs[rows]
-        self.cols, self.jobs, self.used = cols, jobs, kept
-        self.live = np.zeros(size, bool)
-        self.live[:kept] = True
-        listed = jobs[:kept].tolist()
-        self.slot = {id(j): r for r, j in enumerate(listed)}
+    def _renumbered(self, listed: list[PendingJob]) -> None:
         self.row_of = {j.id: r for r, j in enumerate(listed)}
         self._ranked = None
         self._keys = None

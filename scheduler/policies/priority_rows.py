@@ -9,8 +9,9 @@ from typing import Any, Protocol
 
 import numpy as np
 
-from scheduler.core.model import PendingChanges, PendingJob
+from scheduler.core.model import PendingJob
 from scheduler.policies.cycle_parts import FractionColumns, QueueRest, TeamColumns, per_node_need
+from scheduler.policies.job_rows import JobRows
 
 # submitted, gpus, compute, id, nice, team/qos key; then what the walk reads (QueueRest):
 # GPUs per node, time limit, asks for some GPU share, GPU model code (-1: any), team code,
@@ -42,21 +43,8 @@ class Scores(Protocol):
     ) -> np.ndarray: ...
 
 
-class QueueRows:
-    """The score inputs of pending jobs, kept across cycles by job object.
-
-    A driver that carries its (frozen) PendingJob objects over between snapshots (the
-    simulator) adds the rows of new jobs and drops those of jobs gone; the rest are read
-    from arrays. Where the snapshot says what joined and left since the queue of the last
-    call (`Snapshot.pending_changes`), only those are looked at; otherwise the queues are
-    compared. Only the very same object reuses a row (an id alone never does); a queue
-    that lists one job twice, or two jobs with one id, is left to the plain path.
-    """
-
-    def __init__(self) -> None:
-        self.builds = 0  # times the rows were built (for tests and benches)
-        self.changes_used = 0  # syncs answered from the snapshot's pending_changes
-        self._reset()
+class QueueRows(JobRows):
+    """The score inputs of pending jobs, kept across cycles by job object (JobRows)."""
 
     def _reset(self) -> None:
         self.slot: dict[int, int] = {}  # id(job) -> row
@@ -81,61 +69,6 @@ class QueueRows:
         # The weights the size and nice columns were filled for, and up to which row.
         self._terms_key: Any = None
         self._terms_upto = 0
-
-    def sync(self, pending: tuple[PendingJob, ...], changes: PendingChanges | None = None) -> bool:
-        """Bring the rows up to this queue; False when the plain path must answer."""
-        if changes is not None and self._synced is not None and changes.before is self._synced:
-            if self._apply(pending, changes):
-                self.changes_used += 1
-                self._synced = pending
-                return True
-        self._synced = None
-        if self._compare(pending):
-            self._synced = pending
-            return True
-        return False
-
-    def _apply(self, pending: tuple[PendingJob, ...], changes: PendingChanges) -> bool:
-        """Drop the rows of the jobs that left and add those that joined, when the changes
-        are consistent with the rows and the queue (else nothing is touched)."""
-        slot, jobs = self.slot, self.jobs
-        removed, added = changes.removed, changes.added
-        if len(pending) != len(slot) - len(removed) + len(added):
-            return False
-        gone = [id(j) for j in removed]
-        if len(set(gone)) != len(gone):
-            return False
-        for key, job in zip(gone, removed, strict=True):
-            row = slot.get(key)
-            if row is None or jobs[row] is not job:
-                return False
-        if any(id(j) in slot for j in added):
-            return False
-        self._drop(gone)
-        return self._add(list(added))
-
-    def _compare(self, pending: tuple[PendingJob, ...]) -> bool:
-        now = dict(zip(map(id, pending), pending, strict=True))
-        if len(now) != len(pending):
-            self._reset()
-            return False
-        slot = self.slot
-        if not slot:
-            # Rows are built on the first call that finds jobs of the last one: a driver
-            # that builds new objects every cycle (production) sorts the plain way.
-            # (The objects of the last call are held, so a shared id is a shared object.)
-            last, self._last = self._last, now
-            if now.keys().isdisjoint(last):
-                return not pending
-            self.builds += 1
-        gone = slot.keys() - now.keys()
-        if slot and len(gone) == len(slot):
-            # None of them is left: back to sorting the plain way until objects carry over.
-            self._reset()
-            self._last = now
-            return not pending
-        self._drop(gone)
-        return self._add([now[k] for k in now.keys() - slot.keys()])
 
     def _drop(self, gone: Iterable[int]) -> None:
         slot, jobs = self.slot, self.jobs
@@ -194,21 +127,9 @@ class QueueRows:
         self.live[start:end] = True
         return True
 
-    def _grow(self, more: int) -> None:
-        """Room for `more` rows, dropping the rows of jobs gone."""
-        rows = np.flatnonzero(self.live)
-        kept = len(rows)
-        size = max(64, 2 * (kept + more))
-        cols = np.zeros((_COLUMNS, size))
-        cols[:, :kept] = self.cols[:, rows]
-        jobs = np.empty(size, object)
-        jobs[:kept] = self.jobs[rows]
-        self.cols, self.jobs, self.used = cols, jobs, kept
+    def _renumbered(self, listed: list[PendingJob]) -> None:
         self._ranked = None
         self._terms_key = None
-        self.live = np.zeros(size, bool)
-        self.live[:kept] = True
-        self.slot = {id(j): r for r, j in enumerate(jobs[:kept].tolist())}
 
     def queued_teams(self) -> set[str]:
         return {t for (t, _), c in zip(self.key_list, self.key_count, strict=True) if c}
