@@ -131,12 +131,12 @@ class QueueRest:
         share: np.ndarray,
         jobs: Sequence[PendingJob] | None = None,
         *,
-        fractions: FractionColumns | Callable[[], FractionColumns] | None = None,
-        teams: TeamColumns | Callable[[], TeamColumns] | None = None,
+        fractions: Callable[[], FractionColumns] | None = None,
+        teams: Callable[[], TeamColumns] | None = None,
     ) -> None:
         """`fractions` and `teams`: what the walk would otherwise read from `jobs`, where
-        the caller keeps them as columns (per position, as `per_node`), or a function
-        that makes them when first needed."""
+        the caller keeps them as columns (per position, as `per_node`): functions that
+        make them, called when the walk first needs them."""
         self.size = len(per_node)
         self._need = np.maximum(per_node, 1)  # a fraction needs one GPU with room
         self._fraction = per_node == 0
@@ -154,10 +154,7 @@ class QueueRest:
         """GuaranteeTest over this queue: from the team columns where given, else from
         the jobs."""
         if self._teams is not None:
-            given = self._teams
-            return GuaranteeTest.of_columns(
-                given if isinstance(given, TeamColumns) else given(), teams
-            )
+            return GuaranteeTest.of_columns(self._teams(), teams)
         assert self.jobs is not None
         return GuaranteeTest(self.jobs, teams)
 
@@ -207,8 +204,7 @@ class QueueRest:
         model asked)."""
         if self._fractions is None and self._fraction_columns is not None:
             pos = np.flatnonzero(self._fraction)
-            given = self._fraction_columns
-            given = given if isinstance(given, FractionColumns) else given()
+            given = self._fraction_columns()
             comp = np.maximum(given.compute.take(pos), 1)
             self._models = list(given.models)
             self._fractions = (pos, comp, given.model.take(pos))
