@@ -19,9 +19,11 @@ lost work is the whole gang's.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass
 from typing import Any
+
+import numpy as np
 
 from scheduler.core._capacity_index import host_request, node_count, per_node_gpus
 from scheduler.core.model import FULL_COMPUTE, GpuState, Member, RunningJob
@@ -66,36 +68,33 @@ def choose_victims(
     can lose less), stopping once that bound exceeds the best set found or after
     `max_nodes` nodes, which keeps a cycle bounded on large fleets.
     """
-    by_node: dict[str, list[Share]] = {}
-    least: dict[str, float] = {}  # per node, the least work one of its victims would lose
-    schedulable: dict[str, bool] = {}
     price = cost or lost_work
-    for victim in allowed:
-        lost = price(victim, now)
-        spots = (
-            [(victim.node, victim.gpu_indices)]
-            if not victim.members
-            else [(m.node, m.gpu_indices) for m in victim.allocations]
-        )
-        for node, indices in spots:
-            ok = schedulable.get(node)
-            if ok is None:
-                ok = schedulable[node] = cap.is_schedulable(node)
-            if not ok:
-                continue
-            on_node = by_node.get(node)
-            if on_node is None:
-                by_node[node] = [(victim, indices)]
-                least[node] = lost
-            else:
-                on_node.append((victim, indices))
-                if lost < least[node]:
-                    least[node] = lost
+    victims = list(allowed)
+    by_node, names, prices, _ = _spread(victims, [price(v, now) for v in victims], cap)
+    least: dict[str, float] = {}  # per node, the least work one of its victims would lose
+    for node, lost in zip(names, prices, strict=True):
+        if node not in least or lost < least[node]:
+            least[node] = lost
     if node_count(job) > 1:
         return _for_gang(job, cap, by_node, least, now, max_nodes, price)
-    k = max(job.gpus, 1)
     ranked = [(least[node], node, victims) for node, victims in by_node.items()]
     ranked.sort(key=lambda item: (item[0], item[1]))
+    return _cheapest(job, cap, ranked, now, max_nodes, cost, price)
+
+
+def _cheapest(
+    job: Any,
+    cap: FreeCapacity,
+    ranked: Iterable[tuple[float, str, list[Share]]],
+    now: float,
+    max_nodes: int,
+    cost: Callable[[RunningJob, float], float] | None,
+    price: Callable[[RunningJob, float], float],
+) -> Victims | None:
+    """The cheapest victims for a one-node job over (bound, node, allowed shares) in the
+    order nodes are visited, stopping once a bound exceeds the best set found or after
+    `max_nodes` nodes with eligible victims."""
+    k = max(job.gpus, 1)
     best: Victims | None = None
     visited = 0
     for bound, node, shares in ranked:
@@ -114,6 +113,106 @@ def choose_victims(
         if best is None or key < (best.lost_gpu_seconds, len(best.jobs)):
             best = found
     return best
+
+
+class VictimIndex:
+    """One cycle's preemptible running jobs by node, and their spots (a job per node it
+    runs on) from the cheapest to preempt up: `cheapest_on_one_node` walks nodes in the
+    order `choose_victims` ranks them and stops where that does, instead of first grouping
+    every allowed victim. What a victim costs and which nodes are schedulable do not change
+    within a cycle; which victims are allowed does (the caller's predicate says)."""
+
+    __slots__ = ("by_node", "order", "prices", "names", "victims", "cost")
+
+    def __init__(
+        self,
+        running: Sequence[RunningJob],
+        lost: Sequence[float],
+        cap: FreeCapacity,
+        cost: Callable[[RunningJob, float], float],
+    ) -> None:
+        """`lost`: cost(victim, now) of each running job, in order (as
+        `PreemptionCost.columns` gives them at once); `cost` prices victims for the search."""
+        self.cost = cost
+        by_node, names, prices, victims = _spread(running, lost, cap)
+        rank = {name: i for i, name in enumerate(sorted(by_node))}
+        codes = np.fromiter((rank[n] for n in names), np.int64, len(names))
+        # Spots by cost, then node name (read lazily: a search rarely goes far).
+        self.order: list[int] = np.lexsort((codes, np.array(prices))).tolist()
+        self.by_node, self.names, self.prices, self.victims = by_node, names, prices, victims
+
+
+def cheapest_on_one_node(
+    job: Any,
+    cap: FreeCapacity,
+    index: VictimIndex,
+    allowed: Callable[[RunningJob], bool],
+    now: float,
+    *,
+    max_nodes: int = 64,
+) -> Victims | None:
+    """`choose_victims(job, cap, [v for v in running if allowed(v)], now, cost=index.cost)`
+    for a one-node job, asking `allowed` only about the victims of the nodes it reaches.
+
+    A node's bound is the cost of its cheapest allowed victim, so the first allowed spot
+    of each node in the index's order (cost, then node name) meets the nodes in the order
+    `choose_victims` sorts them into."""
+    price = index.cost
+    answers: dict[int, bool] = {}
+
+    def ok(victim: RunningJob) -> bool:
+        found = answers.get(victim.id)
+        if found is None:
+            found = answers[victim.id] = allowed(victim)
+        return found
+
+    def ranked() -> Iterator[tuple[float, str, list[Share]]]:
+        names, prices, victims = index.names, index.prices, index.victims
+        reached: set[str] = set()
+        for i in index.order:
+            node = names[i]
+            if node in reached or not ok(victims[i]):
+                continue
+            reached.add(node)
+            yield prices[i], node, [v for v in index.by_node[node] if ok(v[0])]
+
+    return _cheapest(job, cap, ranked(), now, max_nodes, price, price)
+
+
+def _spread(
+    running: Sequence[RunningJob], lost: Sequence[float], cap: FreeCapacity
+) -> tuple[dict[str, list[Share]], list[str], list[float], list[RunningJob]]:
+    """The running jobs' shares by schedulable node, and per spot (a job on one node it
+    runs on, in order) the node, the job's cost (`lost`, in the order of `running`) and
+    the job."""
+    by_node: dict[str, list[Share]] = {}
+    names: list[str] = []
+    prices: list[float] = []
+    victims: list[RunningJob] = []
+    schedulable: dict[str, bool] = {}
+    for victim, price in zip(running, lost, strict=True):
+        for node, indices in _spots(victim):
+            ok = schedulable.get(node)
+            if ok is None:
+                ok = schedulable[node] = cap.is_schedulable(node)
+            if not ok:
+                continue
+            share = by_node.get(node)
+            if share is None:
+                by_node[node] = [(victim, indices)]
+            else:
+                share.append((victim, indices))
+            names.append(node)
+            prices.append(price)
+            victims.append(victim)
+    return by_node, names, prices, victims
+
+
+def _spots(victim: RunningJob) -> Iterable[tuple[str, tuple[int, ...]]]:
+    """(node, GPU indices) of each node the running job occupies."""
+    if not victim.members:
+        return ((victim.node, victim.gpu_indices),)
+    return [(m.node, m.gpu_indices) for m in victim.allocations]
 
 
 def _ordered(

@@ -9,9 +9,10 @@ from typing import Any
 
 import numpy as np
 
+from scheduler.core._capacity_index import node_count
 from scheduler.core.model import PendingJob, Preempt, RunningJob, Snapshot
 from scheduler.core.placement import FreeCapacity
-from scheduler.core.preemption import choose_victims
+from scheduler.core.preemption import VictimIndex, cheapest_on_one_node, choose_victims
 from scheduler.core.preemption_cost import PreemptionCost, qos_rank
 from scheduler.core.quota import QuotaLedger
 
@@ -38,6 +39,9 @@ class CyclePreemption:
     _victims: list[RunningJob] | None
     _team_positions: dict[str, list[int]] | None
     _victim_costs: dict[int, tuple[RunningJob, float, float]]
+    fast: bool
+    # The preemptible jobs by node and cost, built on the cycle's first one-node search.
+    _index: VictimIndex | None = None
     _waits: dict[int, tuple[PendingJob, str, Any]]
     _reclaim_on: bool
     _qos_on: bool
@@ -85,6 +89,14 @@ class CyclePreemption:
             )
         return known[2]
 
+    def _victim_index(self) -> VictimIndex:
+        """The preemptible jobs by node and by cost (built on the cycle's first search)."""
+        if self._index is None:
+            jobs = self._preemptible
+            lost, _ = self.costs.columns(jobs, self.now)
+            self._index = VictimIndex(jobs, lost.tolist(), self.cap, self._victim_cost)
+        return self._index
+
     def try_preempt(self, job: PendingJob) -> bool:
         """Preempt the cheapest allowed victims so the job fits in a later cycle.
 
@@ -110,7 +122,6 @@ class CyclePreemption:
             {t for t in self.quota.team_usage if self.quota.borrowing(t) > 0} if within else set()
         )
         job_rank = qos_rank(job.qos, self.settings)
-        reasons: dict[int, str] = {}
         candidates = self._preemptible
         if self.victim_filter is not None and not self._qos_on:
             # Only the borrowers' jobs and the rule's candidates can be allowed here, so
@@ -119,16 +130,27 @@ class CyclePreemption:
             if borrowers:
                 chosen = sorted(set(chosen).union(*self._borrowed_from(borrowers - {job.team})))
             candidates = [candidates[i] for i in chosen]
-        for victim in candidates:
-            why = self._victim_reason(job, victim, borrowers, job_rank)
-            if why is not None:
-                reasons[victim.id] = why
-        allowed = [r for r in self._preemptible if r.id in reasons] if reasons else []
-        victims = (
-            choose_victims(job, self.cap, allowed, self.now, cost=self._victim_cost)
-            if allowed
-            else None
-        )
+        reasons: dict[int, str | None] = {}
+        if self.fast and node_count(job) == 1:
+            # Ask the rule only about victims on the nodes the search reaches.
+            among = None if candidates is self._preemptible else {v.id for v in candidates}
+
+            def allowed(victim: RunningJob) -> bool:
+                if among is not None and victim.id not in among:
+                    return False
+                why = reasons[victim.id] = self._victim_reason(job, victim, borrowers, job_rank)
+                return why is not None
+
+            victims = cheapest_on_one_node(job, self.cap, self._victim_index(), allowed, self.now)
+        else:
+            for victim in candidates:
+                reasons[victim.id] = self._victim_reason(job, victim, borrowers, job_rank)
+            allowed_jobs = [r for r in self._preemptible if reasons.get(r.id) is not None]
+            victims = (
+                choose_victims(job, self.cap, allowed_jobs, self.now, cost=self._victim_cost)
+                if allowed_jobs
+                else None
+            )
         if victims is None:
             self._preempt_fails.add(key)
             return False
