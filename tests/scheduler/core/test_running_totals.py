@@ -13,7 +13,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from scheduler.core import quota
-from scheduler.core.model import RunningJob, Snapshot
+from scheduler.core.model import RunningChanges, RunningJob, Snapshot
 from scheduler.core.quota import QuotaLedger
 from tests.scheduler.policies.strategies import snapshots
 
@@ -23,10 +23,32 @@ CHECKS = settings(max_examples=150, deadline=None, suppress_health_check=[Health
 def _same(snapshot: Snapshot) -> None:
     carried = QuotaLedger.from_snapshot(snapshot, carried=True)
     fresh = QuotaLedger.from_snapshot(snapshot)
-    assert carried.team_usage == fresh.team_usage
-    assert carried.user_usage == fresh.user_usage
-    assert carried.cpu_usage == fresh.cpu_usage
-    assert carried.memory_usage == fresh.memory_usage
+    # The same entries in the same order, the same floats to the last bit.
+    assert list(carried.team_usage.items()) == list(fresh.team_usage.items())
+    assert list(carried.user_usage.items()) == list(fresh.user_usage.items())
+    assert list(carried.cpu_usage.items()) == list(fresh.cpu_usage.items())
+    assert list(carried.memory_usage.items()) == list(fresh.memory_usage.items())
+
+
+def _totals(running: tuple[RunningJob, ...]) -> quota.Totals:
+    fresh = QuotaLedger({}, running)
+    return fresh.team_usage, fresh.user_usage, fresh.cpu_usage, fresh.memory_usage
+
+
+def _job(i: int, team: str, user: str, *, compute: int = 0, gpus: int = 0, **kw: int) -> RunningJob:
+    return RunningJob(
+        i,
+        team,
+        user,
+        "n0",
+        (0,),
+        started_at=0.0,
+        time_limit=60.0,
+        gpus=gpus,
+        gpu_memory_mb=None if gpus else 1000,
+        gpu_compute_percent=None if gpus else compute,
+        **kw,
+    )
 
 
 @CHECKS
@@ -50,16 +72,112 @@ def test_carried_totals_equal_fresh_ones_across_cycles(
     _same(replace(first, running=()))
 
 
-def test_whole_gpu_jobs_are_carried_and_a_fraction_sums_afresh() -> None:
-    jobs = tuple(
-        RunningJob(i, "t", f"u{i % 2}", "n0", (i,), started_at=0.0, time_limit=60.0, gpus=1)
-        for i in range(4)
-    )
+def test_fractions_are_summed_in_the_order_of_the_running_jobs() -> None:
+    # 0.1 + 0.2 + 0.3 and 0.3 + 0.2 + 0.1 are different floats: each order gives the sum a
+    # fresh ledger makes over it.
+    jobs = tuple(_job(i, "t", "u", compute=c) for i, c in enumerate((10, 20, 30)))
+    flipped = jobs[::-1]
+    assert _totals(jobs)[0] != _totals(flipped)[0]
     totals = quota.RunningTotals()
     assert totals.sync(jobs) is None  # nothing carried over yet: summed afresh
-    assert totals.sync(jobs) is not None
-    assert totals.sync(jobs[1:]) == ({"t": 3.0}, {("t", "u0"): 1.0, ("t", "u1"): 2.0}, {}, {})
+    for running in (jobs, flipped, jobs, tuple(jobs), flipped[1:], jobs):
+        assert totals.sync(running) == _totals(running)
     assert totals.rebuilds == 0
-    share = replace(jobs[0], id=9, gpus=0, gpu_memory_mb=1000, gpu_compute_percent=30)
-    assert totals.sync((*jobs[1:], share)) is None
-    assert totals.sync(jobs[1:]) is not None
+
+
+def test_whole_gpu_jobs_and_fractions_are_carried() -> None:
+    jobs = tuple(_job(i, "t", f"u{i % 2}", gpus=1) for i in range(4))
+    totals = quota.RunningTotals()
+    assert totals.sync(jobs) is None
+    assert totals.sync(jobs) == ({"t": 4.0}, {("t", "u0"): 2.0, ("t", "u1"): 2.0}, {}, {})
+    assert totals.sync(jobs[1:]) == ({"t": 3.0}, {("t", "u1"): 2.0, ("t", "u0"): 1.0}, {}, {})
+    share = _job(9, "s", "u0", compute=30, cpus=4, memory_mb=512)
+    assert totals.sync((*jobs[1:], share)) == (
+        {"t": 3.0, "s": 0.3},
+        {("t", "u1"): 2.0, ("t", "u0"): 1.0, ("s", "u0"): 0.3},
+        {"s": 4},
+        {"s": 512},
+    )
+    assert totals.rebuilds == 0
+
+
+def test_new_objects_every_cycle_are_summed_afresh() -> None:
+    jobs = tuple(_job(i, "t", "u", gpus=1) for i in range(3))
+    totals = quota.RunningTotals()
+    assert totals.sync(jobs) is None
+    assert totals.sync(jobs) is not None
+    fresh = tuple(replace(j) for j in jobs)  # equal copies, as production may build
+    assert totals.sync(fresh) is None
+    assert totals.rebuilds == 1
+    assert totals.sync(fresh) == _totals(fresh)
+
+
+def test_a_job_too_big_for_float_sums_makes_the_ledger_sum_afresh() -> None:
+    jobs = (_job(1, "t", "u", gpus=1), _job(2, "t", "u", gpus=1, memory_mb=1 << 40))
+    totals = quota.RunningTotals()
+    totals.sync(jobs)
+    assert totals.sync(jobs) is None
+    assert totals.sync(jobs[:1]) == _totals(jobs[:1])
+
+
+@CHECKS
+@given(
+    first=snapshots(max_nodes=4, max_pending=2),
+    steps=st.lists(
+        st.tuples(
+            st.lists(st.booleans(), min_size=8, max_size=8),  # which jobs keep running
+            st.integers(0, 3),  # how many start
+            st.sampled_from(["told", "none", "wrong before", "wrong jobs", "shuffled"]),
+        ),
+        min_size=1,
+        max_size=8,
+    ),
+)
+def test_carried_totals_equal_fresh_ones_whatever_the_changes_say(
+    first: Snapshot, steps: list[tuple[list[bool], int, str]]
+) -> None:
+    """Cycles as a simulator runs them (jobs stop, new ones start after the others), told
+    the changes, told none, or told wrong ones: always a fresh ledger's totals."""
+    totals = quota.RunningTotals()
+    running = first.running
+    assert totals.sync(running) in (None, _totals(running))
+    assert totals.sync(running) == _totals(running)
+    fresh_ids = iter(range(100_000, 200_000))
+    for keep, starts, told in steps:
+        stay = tuple(r for i, r in enumerate(running) if keep[i % len(keep)])
+        gone = tuple(r for i, r in enumerate(running) if not keep[i % len(keep)])
+        new = tuple(
+            replace(first.running[k % len(first.running)], id=next(fresh_ids), user=f"u{k}")
+            for k in range(starts if first.running else 0)
+        )
+        after = stay + new
+        changes: RunningChanges | None = RunningChanges(running, new, gone)
+        if told == "none":
+            changes = None
+        elif told == "wrong before":
+            changes = RunningChanges(after, new, gone)
+        elif told == "wrong jobs":
+            changes = RunningChanges(running, gone, new)
+        elif told == "shuffled":
+            after = after[::-1]
+        got = totals.sync(after, changes)
+        if got is None:
+            # Summed afresh: only where none of the jobs was in the last call.
+            assert not stay
+        else:
+            assert got == _totals(after)
+        running = after
+
+
+def test_rows_of_jobs_long_gone_are_dropped() -> None:
+    totals = quota.RunningTotals()
+    running = tuple(_job(i, f"t{i % 3}", f"u{i % 5}", compute=7 + i % 50) for i in range(10))
+    totals.sync(running)
+    totals.sync(running)
+    for cycle in range(600):
+        new = tuple(_job(1000 + 10 * cycle + k, "t0", "u9", compute=13) for k in range(5))
+        after = running[5:] + new
+        assert totals.sync(after, RunningChanges(running, new, running[:5])) == _totals(after)
+        running = after
+    assert len(totals._rows) <= 2 * len(running) + 1024
+    assert totals.changes_used == 600
