@@ -36,6 +36,11 @@ class ReleaseTimeline:
         # Per GPU: [last end, whole-GPU holders, fraction memory, fraction compute, ends].
         self._gpus: dict[tuple[str, int], list[Any]] = {}
         self._sorted: list[tuple[float, str, int]] = []
+        # The (node, index) of the GPUs in _sorted whose end is before _due_now, in that
+        # order: the GPUs overdue at a search's `now` all come back at `now`, so in node
+        # and index order; kept as `now` moves and GPUs change (see _overdue).
+        self._due: list[tuple[str, int]] = []
+        self._due_now = -math.inf
         self._built = False  # whether _gpus and _sorted hold the jobs of _jobs
         self.rebuilds = 0  # syncs that found none of the jobs of the last (tests, benches)
         self.changes_used = 0  # syncs answered from the snapshot's running_changes
@@ -59,13 +64,15 @@ class ReleaseTimeline:
         now_jobs = dict(zip(map(id, running), running, strict=True))
         jobs = self._jobs
         if len(now_jobs) != len(running):
-            self._jobs, self._gpus, self._sorted, self._built = {}, {}, [], False
+            self._jobs, self._gpus, self._built = {}, {}, False
+            self._set_sorted([])
             return False
         # (The objects of the last call are held, so a shared id is a shared object.)
         if now_jobs.keys().isdisjoint(jobs):
             if self._built or jobs:
                 self.rebuilds += 1
-            self._jobs, self._gpus, self._sorted, self._built = now_jobs, {}, [], False
+            self._jobs, self._gpus, self._built = now_jobs, {}, False
+            self._set_sorted([])
             return not running
         touched: dict[tuple[str, int], tuple[float, str, int] | None] = {}
         if not self._built:
@@ -129,14 +136,43 @@ class ReleaseTimeline:
     def _resort(self, touched: dict[tuple[str, int], tuple[float, str, int] | None]) -> None:
         ordered = self._sorted
         if len(touched) * 8 > len(ordered):
-            self._sorted = sorted((e[0], n, i) for (n, i), e in self._gpus.items())
+            self._set_sorted(sorted((e[0], n, i) for (n, i), e in self._gpus.items()))
             return
+        due, due_now = self._due, self._due_now
         for where, old in touched.items():
             if old is not None:
                 del ordered[bisect_left(ordered, old)]
+                if old[0] < due_now:
+                    del due[bisect_left(due, where)]
             entry = self._gpus.get(where)
             if entry is not None:
                 insort(ordered, (entry[0], where[0], where[1]))
+                if entry[0] < due_now:
+                    insort(due, where)
+
+    def _set_sorted(self, ordered: list[tuple[float, str, int]]) -> None:
+        self._sorted, self._due, self._due_now = ordered, [], -math.inf
+
+    def _overdue(self, now: float) -> list[tuple[str, int]]:
+        """(node, index) of the GPUs whose end is before `now`, in that order; brought from
+        the last `now` asked by the GPUs whose end lies between (or sorted afresh when they
+        are many)."""
+        due, was = self._due, self._due_now
+        if now == was:
+            return due
+        ordered = self._sorted
+        lo = bisect_left(ordered, (min(now, was),))
+        hi = bisect_left(ordered, (max(now, was),))
+        if (hi - lo) * 4 > len(due) + 64:
+            due = self._due = sorted((n, i) for _, n, i in ordered[: bisect_left(ordered, (now,))])
+        elif now > was:
+            for _, n, i in itertools.islice(ordered, lo, hi):
+                insort(due, (n, i))
+        else:
+            for _, n, i in itertools.islice(ordered, lo, hi):
+                del due[bisect_left(due, (n, i))]
+        self._due_now = now
+        return due
 
     @staticmethod
     def handles(job: Any, cap: FreeCapacity) -> bool:
@@ -234,32 +270,53 @@ class ReleaseTimeline:
     ) -> Iterator[tuple[float, str, int]]:
         """(max(now, end), node, index) of every busy GPU in order, as `_gang_sweep` sorts
         them: the sorted running list with the GPUs of this cycle's placements replaced.
-        Each GPU appears once, so merging the few overdue and replaced GPUs into the sorted
-        list by hand gives the order a full sort would."""
+        First what comes back at `now` (the overdue GPUs, kept in node order, and the few
+        placed or ending exactly now), then the rest; each GPU appears once, so merging a
+        few by hand into a sorted run gives the order a full sort would."""
         ordered = self._sorted
         cut = bisect_left(ordered, (now,))
-        few = [(now, n, i) for _, n, i in ordered[:cut] if (n, i) not in extra]
-        few += [(now if e[0] < now else e[0], n, i) for (n, i), e in extra.items()]
-        few.sort()
-        later: Iterator[tuple[float, str, int]] = itertools.islice(ordered, cut, None)
+        ties = cut
+        while ties < len(ordered) and ordered[ties][0] == now:
+            ties += 1
+        due: Iterator[tuple[str, int]] = iter(self._overdue(now))
+        later: Iterator[tuple[float, str, int]] = itertools.islice(ordered, ties, None)
+        at_now = ordered[cut:ties]
+        placed_later: list[tuple[float, str, int]] = []
         if extra:
+            due = (w for w in due if w not in extra)
             later = (t for t in later if (t[1], t[2]) not in extra)
-        if not few:
-            yield from later
-            return
-        j, left = 0, len(few)
-        head = few[0]
-        for t in later:
-            while head < t:
-                yield head
-                j += 1
-                if j == left:
-                    yield t
-                    yield from later
-                    return
-                head = few[j]
-            yield t
-        yield from few[j:]
+            at_now = [t for t in at_now if (t[1], t[2]) not in extra]
+            for (n, i), e in extra.items():
+                if e[0] <= now:
+                    at_now.append((now, n, i))
+                else:
+                    placed_later.append((e[0], n, i))
+            at_now.sort()
+            placed_later.sort()
+        yield from _merged(((now, n, i) for n, i in due), at_now)
+        yield from _merged(later, placed_later)
+
+
+def _merged(
+    run: Iterator[tuple[float, str, int]], few: list[tuple[float, str, int]]
+) -> Iterator[tuple[float, str, int]]:
+    """A sorted run and a short sorted list (no item in both) merged in order."""
+    if not few:
+        yield from run
+        return
+    j, left = 0, len(few)
+    head = few[0]
+    for t in run:
+        while head < t:
+            yield head
+            j += 1
+            if j == left:
+                yield t
+                yield from run
+                return
+            head = few[j]
+        yield t
+    yield from few[j:]
 
 
 _TIMELINES: dict[bool, ReleaseTimeline] = {}

@@ -7,12 +7,20 @@ its answer must be what `earliest_start` gives over the same running jobs and pl
 
 from __future__ import annotations
 
+import random
 from dataclasses import replace
 
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from scheduler.core.model import GpuState, NodeState, PendingJob, RunningJob, Snapshot
+from scheduler.core.model import (
+    GpuState,
+    NodeState,
+    PendingJob,
+    RunningChanges,
+    RunningJob,
+    Snapshot,
+)
 from scheduler.core.placement import FreeCapacity
 from scheduler.core.reservation import (
     Occupant,
@@ -21,6 +29,7 @@ from scheduler.core.reservation import (
     occupant_of,
     running_occupants,
 )
+from tests.scheduler.core import builders
 from tests.scheduler.policies.strategies import snapshots
 
 CHECKS = settings(max_examples=120, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -120,3 +129,45 @@ def test_overdue_gpus_are_released_now_in_node_order() -> None:
     occupants = running_occupants(running, use_predictions=False)
     assert earliest_start(job, cap, occupants, now) == ("a", now, (0,))
     assert timeline.earliest_start(job, cap, [], now) == ("a", now, (0,))
+
+
+def test_timeline_gives_the_plain_sweep_as_jobs_turn_over_and_the_clock_moves() -> None:
+    """Cycle after cycle one job ends and another starts on its GPU, the snapshot saying
+    so, and the search is asked at times before, among and after the ends (also earlier
+    than the last): the overdue GPUs kept between searches give the plain sweep's answer."""
+    rng = random.Random(7)
+    nodes = [builders.node(f"n{k:02d}", 4) for k in range(30)]
+    ids = iter(range(1, 100_000))
+
+    def started(name: str, index: int) -> RunningJob:
+        return builders.running(
+            next(ids), name, (index,), started=rng.uniform(0, 5_000), limit=rng.uniform(60, 9_000)
+        )
+
+    jobs = [started(n.name, i) for n in nodes for i in range(4) if (n.name, i) != ("n07", 2)]
+    snapshot = builders.snap(nodes, running_jobs=jobs)
+    timeline = ReleaseTimeline(False)
+    before = tuple(jobs)
+    assert not timeline.sync(before)
+    assert timeline.sync(before)
+    asks = [builders.job(1, 1), builders.job(2, 2), builders.job(3, 4)]
+    for _cycle in range(60):
+        k = rng.randrange(len(jobs))
+        gone = jobs.pop(k)
+        new = started(gone.node, gone.gpu_indices[0])
+        jobs.append(new)
+        after = tuple(jobs)
+        assert timeline.sync(after, RunningChanges(before, (new,), (gone,)))
+        before = after
+        now = rng.choice([0.0, 1_000.0, 4_000.0, 7_000.0, 10_000.0, 20_000.0])
+        current = replace(snapshot, running=after, now=now)
+        cap = FreeCapacity.from_snapshot(current)
+        occupants = running_occupants(after, use_predictions=False)
+        held = occupant_of(builders.job(9, 1), "n03", (1,), now + rng.uniform(-100, 3_000))
+        for placed in ([], [held]):
+            for ask in asks:
+                expected = earliest_start(ask, cap, occupants + placed, now)
+                assert timeline.earliest_start(ask, cap, placed, now) == expected
+        due = sorted((n, i) for end, n, i in timeline._sorted if end < timeline._due_now)
+        assert timeline._due == due
+    assert timeline.changes_used == 60
