@@ -3,16 +3,16 @@ reservation search reads them."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from scheduler.core.model import RunningJob
 from scheduler.core.placement import Members
 
 
-@dataclass(frozen=True, slots=True)
-class Occupant:
-    """Something holding GPU capacity until `end`: a running job or a fresh placement."""
+class Occupant(NamedTuple):
+    """Something holding GPU capacity until `end`: a running job or a fresh placement (a
+    named tuple: a cycle makes one per placement and per running job's member, and a
+    tuple is made several times faster than a frozen dataclass)."""
 
     end: float
     node: str

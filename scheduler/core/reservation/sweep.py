@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import math
+from heapq import heapify, heappop
 from typing import Any
 
 from scheduler.core._capacity_index import node_count
@@ -100,13 +101,17 @@ def _gang_sweep(
             add_mem, add_comp = back[where]
             if not (comp + add_comp >= FULL_COMPUTE and mem + add_mem >= held.memory_mb):
                 continue
-        releases.append((max(now, end), node, idx, held.model, held.memory_mb))
-    releases.sort()
-    for when, node, idx, model, memory_mb in releases:
+        releases.append((end if end > now else now, node, idx, held.model, held.memory_mb))
+    # In time order (each GPU once, so a heap pops what a sort lists), most often only the
+    # first few are looked at.
+    heapify(releases)
+    need = job.gpus
+    while releases:
+        when, node, idx, model, memory_mb = heappop(releases)
         indices = ready.setdefault((node, model, memory_mb), [])
         indices.append(idx)
-        if len(indices) >= job.gpus:
-            return node, when, tuple(sorted(indices[: job.gpus]))
+        if len(indices) >= need:
+            return node, when, tuple(sorted(indices[:need]))
     return None
 
 
