@@ -131,21 +131,22 @@ class CyclePreemption:
                 chosen = sorted(set(chosen).union(*self._borrowed_from(borrowers - {job.team})))
             candidates = [candidates[i] for i in chosen]
         reasons: dict[int, str | None] = {}
-        if self.fast and node_count(job) == 1:
-            # Ask the rule only about victims on the nodes the search reaches.
-            among = None if candidates is self._preemptible else {v.id for v in candidates}
+        if self.fast and node_count(job) == 1 and candidates is self._preemptible:
+            # Any preemptible job may be allowed: ask the rule only about the victims on
+            # the nodes the search reaches. (A filtered list is asked about as a whole:
+            # it is short, and the search walks only its nodes.)
 
             def allowed(victim: RunningJob) -> bool:
-                if among is not None and victim.id not in among:
-                    return False
                 why = reasons[victim.id] = self._victim_reason(job, victim, borrowers, job_rank)
                 return why is not None
 
             victims = cheapest_on_one_node(job, self.cap, self._victim_index(), allowed, self.now)
         else:
             for victim in candidates:
-                reasons[victim.id] = self._victim_reason(job, victim, borrowers, job_rank)
-            allowed_jobs = [r for r in self._preemptible if reasons.get(r.id) is not None]
+                why = self._victim_reason(job, victim, borrowers, job_rank)
+                if why is not None:
+                    reasons[victim.id] = why
+            allowed_jobs = [r for r in self._preemptible if r.id in reasons] if reasons else []
             victims = (
                 choose_victims(job, self.cap, allowed_jobs, self.now, cost=self._victim_cost)
                 if allowed_jobs
