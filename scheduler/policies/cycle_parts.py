@@ -159,7 +159,7 @@ class QueueRest:
         return GuaranteeTest(self.jobs, teams)
 
     @classmethod
-    def of(cls, jobs: list[PendingJob]) -> QueueRest:
+    def of(cls, jobs: Sequence[PendingJob]) -> QueueRest:
         n = len(jobs)
         per_node = np.fromiter(map(per_node_need, jobs), np.int64, n)
         limits = np.fromiter([j.time_limit for j in jobs], float, n)

@@ -5,7 +5,7 @@ order and what the walk reads, as columns, so that a cycle looks at the new jobs
 from __future__ import annotations
 
 import bisect
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -15,7 +15,7 @@ from scheduler.core.model import PendingJob
 from scheduler.core.service_distribution import bucket
 from scheduler.policies.cycle_parts import FractionColumns, QueueRest, TeamColumns, per_node_need
 from scheduler.policies.gittins_columns import IndexModel, quota_within
-from scheduler.policies.job_rows import JobRows
+from scheduler.policies.job_rows import JobRows, RankedJobs
 
 # Columns: submitted, id, attained service, time limit, GPU equivalent, priority, QoS code,
 # team code, GPUs per node, asks for some GPU share, compute share asked, GPU model code
@@ -53,7 +53,7 @@ class RankedQueue:
 
     def __init__(
         self,
-        jobs: list[PendingJob],
+        jobs: Sequence[PendingJob],
         rest: QueueRest,
         index: np.ndarray,
         index_of: Mapping[int, float],
@@ -240,7 +240,7 @@ class GittinsRows(JobRows):
             points_col, by_row = cols[_POINTS], quota_by_row
             tiers = _ByRow(self.row_of, lambda r: (float(points_col[r]), int(by_row[r])))
         return RankedQueue(
-            self.jobs.take(final).tolist(), rest, index, index_of, tiers, tier_columns, cols, final
+            RankedJobs(self.jobs, final), rest, index, index_of, tiers, tier_columns, cols, final
         )
 
     def _fill(self, start: int, end: int, model: IndexModel, points: PointsRule | None) -> None:

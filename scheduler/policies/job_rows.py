@@ -3,7 +3,8 @@ queued jobs' inputs as columns (scheduler.policies.priority_rows, gittins_rows).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator, Sequence
+from typing import overload
 
 import numpy as np
 
@@ -124,3 +125,62 @@ class JobRows:
             return not pending
         self._drop(gone)
         return self._add([now[k] for k in now.keys() - slot.keys()])
+
+
+class RankedJobs(Sequence[PendingJob]):
+    """A cycle's queue in ranked order, read from the rows' job column as the walk reaches
+    it: a walk that settles early never builds the list of a long queue's jobs (each
+    entry of such a list is a reference count to touch, on objects all over memory).
+
+    In order, entries are listed a growing chunk at a time; an entry far ahead is read on
+    its own; a slice past what is listed is another RankedJobs. Read it during the cycle
+    it was made for: the rows change with the next sync."""
+
+    __slots__ = ("_column", "_rows", "_listed")
+
+    def __init__(self, column: np.ndarray, rows: np.ndarray) -> None:
+        self._column = column
+        self._rows = rows
+        self._listed: list[PendingJob] = []
+
+    def __len__(self) -> int:
+        return len(self._rows)
+
+    @overload
+    def __getitem__(self, key: int) -> PendingJob: ...
+
+    @overload
+    def __getitem__(self, key: slice) -> Sequence[PendingJob]: ...
+
+    def __getitem__(self, key: int | slice) -> PendingJob | Sequence[PendingJob]:
+        listed = self._listed
+        if isinstance(key, slice):
+            start, stop, step = key.indices(len(self._rows))
+            if step != 1:
+                return list(self)[key]
+            if stop <= len(listed):
+                return listed[start:stop]
+            return RankedJobs(self._column, self._rows[start:stop])
+        if key < 0:
+            key += len(self._rows)
+        if key < len(listed):
+            return listed[key]
+        if key == len(listed):
+            self._list(key + 1)
+            return listed[key]
+        if not 0 <= key < len(self._rows):
+            raise IndexError("queue position out of range")
+        job: PendingJob = self._column[self._rows[key]]
+        return job
+
+    def __iter__(self) -> Iterator[PendingJob]:
+        self._list(len(self._rows))
+        return iter(self._listed)
+
+    def _list(self, end: int) -> None:
+        """List the entries up to `end` (and, going in order, a chunk beyond)."""
+        listed = self._listed
+        have = len(listed)
+        if end > have:
+            end = min(len(self._rows), max(end, 2 * have, 256))
+            listed.extend(self._column.take(self._rows[have:end]).tolist())

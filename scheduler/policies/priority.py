@@ -23,7 +23,7 @@ priority_reservation True, priority_reservation_after 0.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Mapping, Sequence
 from operator import attrgetter
 from typing import Any
 
@@ -225,12 +225,15 @@ _ROWS = QueueRows()
 
 def priority_order(snapshot: Snapshot) -> list[PendingJob]:
     """Pending jobs by score (highest first), then submit time, then id."""
-    return priority_ranked(snapshot)[0]
+    return list(priority_ranked(snapshot)[0])
 
 
-def priority_ranked(snapshot: Snapshot) -> tuple[list[PendingJob], QueueRest | None]:
+def priority_ranked(
+    snapshot: Snapshot,
+) -> tuple[Sequence[PendingJob], QueueRest | None]:
     """`priority_order`, with the queue's needs as the walk reads them where the rows kept
-    across cycles have them."""
+    across cycles have them (then the order is read from the rows as the walk reaches it:
+    use it within the cycle)."""
     pending = snapshot.pending
     if not snapshot.settings.get("fast_paths", True):
         scores = priority_scores(snapshot)

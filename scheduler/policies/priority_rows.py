@@ -11,7 +11,7 @@ import numpy as np
 
 from scheduler.core.model import PendingJob
 from scheduler.policies.cycle_parts import FractionColumns, QueueRest, TeamColumns, per_node_need
-from scheduler.policies.job_rows import JobRows
+from scheduler.policies.job_rows import JobRows, RankedJobs
 
 # submitted, gpus, compute, id, nice, team/qos key; then what the walk reads (QueueRest):
 # GPUs per node, time limit, asks for some GPU share, GPU model code (-1: any), team code,
@@ -134,7 +134,7 @@ class QueueRows(JobRows):
     def queued_teams(self) -> set[str]:
         return {t for (t, _), c in zip(self.key_list, self.key_count, strict=True) if c}
 
-    def order(self, now: float, weights: Scores) -> tuple[list[PendingJob], QueueRest]:
+    def order(self, now: float, weights: Scores) -> tuple[RankedJobs, QueueRest]:
         """The queue by score (then submit time, then id), and its needs as the walk
         reads them."""
         team_part, qos_part = weights.team_part, weights.qos_part
@@ -168,7 +168,7 @@ class QueueRows(JobRows):
         rest = QueueRest(
             per_node.astype(np.int64), limits, share > 0, fractions=fractions, teams=team_columns
         )
-        return self.jobs.take(ranked).tolist(), rest
+        return RankedJobs(self.jobs, ranked), rest
 
     def _fill_terms(self, weights: Scores) -> None:
         """The size and nice terms of the rows not filled yet for these weights."""
