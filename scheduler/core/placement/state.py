@@ -1,5 +1,5 @@
-"""The state behind FreeCapacity: per-node templates kept across snapshots, the working
-copy of the fleet, GPU-kind constraints and read-only accessors."""
+"""The state behind FreeCapacity: the working copy of the fleet (from its base,
+scheduler.core.placement.fleet_base), GPU-kind constraints and read-only accessors."""
 
 from __future__ import annotations
 
@@ -8,8 +8,6 @@ from typing import Any
 
 from scheduler.core._capacity_index import (
     Kind,
-    _is_partial,
-    _is_whole,
     _KindIndex,
     _Node,
     per_node_gpus,
@@ -19,57 +17,15 @@ from scheduler.core.fragmentation import (
     Scorer,
 )
 from scheduler.core.model import (
-    FULL_COMPUTE,
     GpuState,
     Member,
     NodeState,
     is_mig_device,
 )
+from scheduler.core.placement.fleet_base import fleet_base
 
 Choice = tuple[str, tuple[int, ...]]
 Members = tuple[Member, ...]
-
-
-class _Template:
-    """What FreeCapacity derives from one NodeState, kept while that (frozen) object is
-    reused by the next snapshot (the simulator rebuilds only nodes that changed). Its node
-    is never booked on: a FreeCapacity shares it until its first booking there (and at
-    another position than the one it was built for, copies it at once)."""
-
-    __slots__ = ("state", "node", "counts", "partial", "by_index")
-
-    def __init__(self, state: NodeState, pos: int) -> None:
-        self.state = state  # keeps the id the cache is keyed on alive
-        node = self.node = _Node(state, pos)
-        self.counts: dict[Kind, int] = {}
-        for kind in node.kind_of:
-            self.counts[kind] = self.counts.get(kind, 0) + 1
-        self.partial: list[tuple[Kind, int, int]] = []
-        # GPU by index on a schedulable node (empty otherwise): read-only, shared.
-        self.by_index: dict[int, GpuState] = (
-            {g.index: g for g in node.gpus} if node.schedulable else {}
-        )
-        if node.schedulable:
-            for p, gpu in enumerate(node.gpus):
-                kind, mem, comp = node.kind_of[p], node.mem[p], node.comp[p]
-                if _is_whole(mem, comp, gpu):
-                    node.whole.setdefault(kind, []).append(p)
-                elif _is_partial(mem, comp, gpu):
-                    self.partial.append((kind, comp, p))
-
-
-_TEMPLATES: dict[int, _Template] = {}
-_TEMPLATES_MAX = 1 << 14
-
-
-def _template(state: NodeState, pos: int) -> _Template:
-    found = _TEMPLATES.get(id(state))
-    if found is not None and found.state is state:
-        return found
-    if len(_TEMPLATES) >= _TEMPLATES_MAX:
-        _TEMPLATES.clear()
-    found = _TEMPLATES[id(state)] = _Template(state, pos)
-    return found
 
 
 class CapacityState:
@@ -92,37 +48,19 @@ class CapacityState:
         self._pressure: dict[Kind, float] | None = None
         self._moved = 0
         self._moved_limit = 0
-        templates = [_template(n, pos) for pos, n in enumerate(nodes)]
-        self._by_index = {t.node.name: t.by_index for t in templates}
-        self._nodes = [
-            t.node if t.node.pos == pos else _Node.copy_of(t.node, pos)
-            for pos, t in enumerate(templates)
-        ]
-        # Whether each node is still its template's (shared, read-only until `_own`).
-        self._shared = [n is t.node for n, t in zip(self._nodes, templates, strict=True)]
-        self._by_name = {n.name: n for n in self._nodes}
-        per_node: dict[Kind, int] = {}
-        for t in templates:
-            for kind, count in t.counts.items():
-                if count > per_node.get(kind, 0):
-                    per_node[kind] = count
-        self._kinds = {k: _KindIndex(k[0], k[1], m) for k, m in per_node.items()}
+        base = fleet_base(nodes)
+        self._by_index = base.by_index.copy()
+        self._nodes = base.nodes.copy()
+        # Whether each node is still the base's (shared, read-only until `_own`).
+        self._shared = [True] * len(nodes)
+        self._by_name = base.by_name.copy()
+        self._kinds = base.working_kinds()
         self._eligible_cache: dict[tuple[str | None, int, bool], list[_KindIndex]] = {}
         self._fails: set[tuple[Any, ...]] = set()
         self._roomiest: dict[tuple[Any, ...], tuple[int, Any]] = {}
         self.version = 0
         # Whether some node reports host CPUs or memory (else they limit nothing).
-        self._host = any(n.cpus is not None or n.ram is not None for n in self._nodes)
-        kinds = self._kinds
-        for node, t in zip(self._nodes, templates, strict=True):
-            for kind, comp, p in t.partial:
-                kinds[kind].partial_add(comp, (node.pos, p))
-                kinds[kind].free += comp
-            for kind, positions in node.whole.items():
-                ki = kinds[kind]
-                ki.bucket_add(len(positions), node.pos)
-                ki.whole_total += len(positions)
-                ki.free += FULL_COMPUTE * len(positions)
+        self._host = base.host
 
     def _own(self, name: str) -> _Node:
         """The node, copied from its template first if still shared, to book on."""
