@@ -160,7 +160,11 @@ class RunningTotals:
                 self._unseen = running
                 return None
             self._unseen = ()
-            found = np.array([self._row(r) for r in running], dtype=np.intp)
+            at = list(map(rows.get, map(id, running)))
+            found = np.array(
+                [self._row(r) if k is None else k for k, r in zip(at, running, strict=True)],
+                dtype=np.intp,
+            )
         self._position[self._order] = -1
         return found
 

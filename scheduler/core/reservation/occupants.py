@@ -47,17 +47,29 @@ def occupants_of(job: Any, members: Members, end: float) -> list[Occupant]:
 # drivers that keep RunningJob objects across cycles (the simulator) reuse them.
 _OCCUPANTS: dict[tuple[int, bool], tuple[RunningJob, list[Occupant]]] = {}
 _OCCUPANTS_MAX = 1 << 16
+# The last list asked for, by predictions: (its running jobs, held, and their occupants),
+# for the searches of one cycle.
+_LAST: dict[bool, tuple[tuple[RunningJob, ...], list[Occupant]]] = {}
 
 
 def running_occupants(running: tuple[RunningJob, ...], *, use_predictions: bool) -> list[Occupant]:
+    last = _LAST.get(use_predictions)
+    if last is not None and last[0] is running:
+        return list(last[1])
     if len(_OCCUPANTS) >= _OCCUPANTS_MAX:
         _OCCUPANTS.clear()
     out: list[Occupant] = []
+    get = _OCCUPANTS.get
     for r in running:
         key = (id(r), use_predictions)
-        hit = _OCCUPANTS.get(key)
+        hit = get(key)
         if hit is None or hit[0] is not r:
             end = r.expected_end if use_predictions else r.limit_end
-            hit = _OCCUPANTS[key] = (r, occupants_of(r, r.allocations, end))
+            if r.members:
+                occupants = occupants_of(r, r.allocations, end)
+            else:  # one member: its allocations without making them
+                occupants = [occupant_of(r, r.node, r.gpu_indices, end)]
+            hit = _OCCUPANTS[key] = (r, occupants)
         out.extend(hit[1])
-    return out
+    _LAST[use_predictions] = (running, out)
+    return list(out)

@@ -139,16 +139,19 @@ class ReleaseTimeline:
             self._set_sorted(sorted((e[0], n, i) for (n, i), e in self._gpus.items()))
             return
         due, due_now = self._due, self._due_now
+        kept = True
         for where, old in touched.items():
             if old is not None:
                 del ordered[bisect_left(ordered, old)]
                 if old[0] < due_now:
-                    del due[bisect_left(due, where)]
+                    kept = _drop(due, where) and kept
             entry = self._gpus.get(where)
             if entry is not None:
                 insort(ordered, (entry[0], where[0], where[1]))
                 if entry[0] < due_now:
                     insort(due, where)
+        if not kept:  # (never, while the list is what it says: then made afresh)
+            self._due, self._due_now = [], -math.inf
 
     def _set_sorted(self, ordered: list[tuple[float, str, int]]) -> None:
         self._sorted, self._due, self._due_now = ordered, [], -math.inf
@@ -163,14 +166,13 @@ class ReleaseTimeline:
         ordered = self._sorted
         lo = bisect_left(ordered, (min(now, was),))
         hi = bisect_left(ordered, (max(now, was),))
-        if (hi - lo) * 4 > len(due) + 64:
-            due = self._due = sorted((n, i) for _, n, i in ordered[: bisect_left(ordered, (now,))])
-        elif now > was:
+        if now > was and (hi - lo) * 4 <= len(due) + 64:
             for _, n, i in itertools.islice(ordered, lo, hi):
                 insort(due, (n, i))
-        else:
-            for _, n, i in itertools.islice(ordered, lo, hi):
-                del due[bisect_left(due, (n, i))]
+        elif (hi - lo) * 4 > len(due) + 64 or not all(
+            _drop(due, (n, i)) for _, n, i in itertools.islice(ordered, lo, hi)
+        ):
+            due = self._due = sorted((n, i) for _, n, i in ordered[: bisect_left(ordered, (now,))])
         self._due_now = now
         return due
 
@@ -295,6 +297,15 @@ class ReleaseTimeline:
             placed_later.sort()
         yield from _merged(((now, n, i) for n, i in due), at_now)
         yield from _merged(later, placed_later)
+
+
+def _drop(due: list[tuple[str, int]], where: tuple[str, int]) -> bool:
+    """Take `where` off the sorted list; False when it is not there."""
+    k = bisect_left(due, where)
+    if k == len(due) or due[k] != where:
+        return False
+    del due[k]
+    return True
 
 
 def _merged(
