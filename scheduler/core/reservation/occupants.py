@@ -43,6 +43,14 @@ def occupants_of(job: Any, members: Members, end: float) -> list[Occupant]:
     return [occupant_of(job, m.node, m.gpu_indices, end) for m in members]
 
 
+def placements(job: RunningJob) -> tuple[tuple[str, tuple[int, ...]], ...]:
+    """(node, GPU indices) of each member of a running job, rank 0 first: its allocations,
+    without making a Member for a job of one node (the most of them)."""
+    if not job.members:
+        return ((job.node, job.gpu_indices),)
+    return tuple((m.node, m.gpu_indices) for m in job.allocations)
+
+
 # Occupant of each running job seen lately, by (id of the frozen RunningJob, predictions):
 # drivers that keep RunningJob objects across cycles (the simulator) reuse them.
 _OCCUPANTS: dict[tuple[int, bool], tuple[RunningJob, list[Occupant]]] = {}

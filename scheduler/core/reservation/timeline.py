@@ -13,7 +13,7 @@ from scheduler.core._capacity_index import node_count
 from scheduler.core.model import FULL_COMPUTE, RunningChanges, RunningJob
 from scheduler.core.placement import FreeCapacity
 from scheduler.core.reservation.members import host_bound, kind_eligibility
-from scheduler.core.reservation.occupants import Occupant, running_occupants
+from scheduler.core.reservation.occupants import Occupant, placements, running_occupants
 from scheduler.core.reservation.sweep import earliest_start
 
 
@@ -108,13 +108,16 @@ class ReleaseTimeline:
 
     def _apply(self, r: RunningJob, sign: int, touched: dict[tuple[str, int], Any]) -> None:
         end = r.expected_end if self.use_predictions else r.limit_end
+        whole = r.gpus
+        memory = sign * (r.gpu_memory_mb or 0)
+        compute = sign * (r.gpu_compute_percent or 0)
         gpus = self._gpus
-        for member in r.allocations:
-            for idx in member.gpu_indices:
-                where = (member.node, idx)
+        for node, indices in placements(r):
+            for idx in indices:
+                where = (node, idx)
                 entry = gpus.get(where)
                 if where not in touched:
-                    touched[where] = None if entry is None else (entry[0], where[0], idx)
+                    touched[where] = None if entry is None else (entry[0], node, idx)
                 if entry is None:
                     entry = gpus[where] = [-math.inf, 0, 0, 0, []]
                 ends: list[float] = entry[4]
@@ -125,11 +128,11 @@ class ReleaseTimeline:
                 else:
                     ends.remove(end)
                     entry[0] = max(ends, default=-math.inf)
-                if r.gpus:
+                if whole:
                     entry[1] += sign
                 else:
-                    entry[2] += sign * (r.gpu_memory_mb or 0)
-                    entry[3] += sign * (r.gpu_compute_percent or 0)
+                    entry[2] += memory
+                    entry[3] += compute
                 if not ends:
                     del gpus[where]
 
