@@ -10,6 +10,10 @@ from scheduler.core.fragmentation.demand import Demand, normalize
 from scheduler.core.fragmentation.params import CONSOLIDATE, PRESSURE_EXPONENT
 from scheduler.core.model import FULL_COMPUTE
 
+# The scorer `Scorer.for_demand` made last, and the most memo entries it keeps.
+_LAST: list[Scorer] = []
+_MEMO_MAX = 1 << 16
+
 
 class _KindTerms:
     """What one GPU kind means to the demand: weights of the shapes that may use it."""
@@ -41,7 +45,26 @@ class Scorer:
         self.host_shapes = [
             (s.cpus, s.host_memory_mb, w) for s, w in self.demand if s.cpus or s.host_memory_mb
         ]
+        # The demand's weights per set of kinds a shape may use, for the kinds they were
+        # summed over.
         self._sets: list[tuple[tuple[Kind, ...], float]] | None = None
+        self._sets_for: tuple[Kind, ...] = ()
+
+    @classmethod
+    def for_demand(cls, demand: Demand) -> Scorer:
+        """A scorer for this demand: the last one made here while the demand is the same
+        (a simulator's or a cycle's next snapshot mostly has the same mix), so its memos
+        carry over; else a new one. What it answers depends on the demand alone."""
+        last = _LAST[0] if _LAST else None
+        if last is not None:
+            normalized = normalize(demand)  # (what a new scorer's `demand` would be)
+            if last.demand is normalized or last.demand == normalized:
+                if len(last._memo) > _MEMO_MAX:
+                    last._memo.clear()
+                return last
+        found = cls(demand)
+        _LAST[:] = [found]
+        return found
 
     def pressure(self, all_kinds: Iterable[_KindIndex]) -> dict[Kind, float]:
         """Per GPU kind, what a percent of it is worth to the demand: the weights of the
@@ -53,7 +76,8 @@ class Scorer:
         it runs. FreeCapacity recomputes it when its free capacity has moved by
         PRESSURE_STEP of the total since."""
         supply = {(ki.model, ki.memory_mb): ki.free for ki in all_kinds}
-        if self._sets is None:
+        if self._sets is None or self._sets_for != tuple(supply):
+            self._sets_for = tuple(supply)
             sets: dict[tuple[Kind, ...], float] = {}
             for shape, w in self.demand:
                 key = tuple(sorted(k for k in supply if shape.eligible(k)))

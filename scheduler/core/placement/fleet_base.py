@@ -10,6 +10,9 @@ finds first is the same."""
 
 from __future__ import annotations
 
+from itertools import compress
+from operator import is_not
+
 from scheduler.core._capacity_index import Kind, _KindIndex, _Node
 from scheduler.core.model import FULL_COMPUTE, GpuState, NodeState
 from scheduler.core.placement.templates import NodeTemplate, node_template
@@ -52,7 +55,7 @@ class FleetBase:
         old = self.states
         if len(states) != len(old):
             return None
-        changed = [pos for pos, (a, b) in enumerate(zip(old, states, strict=True)) if a is not b]
+        changed = list(compress(range(len(states)), map(is_not, old, states)))
         if len(changed) > _UPDATE_SHARE * len(states) + 1:
             return None
         fresh = [node_template(states[pos], pos) for pos in changed]

@@ -42,7 +42,7 @@ class CapacityState:
         # one-node jobs and gang members go where they fragment the fleet least for that
         # demand (scheduler.core.fragmentation); without, plain best fit.
         self._aware = demand is not None or demand_source is not None
-        self._scorer = None if demand is None else Scorer(demand)
+        self._scorer = None if demand is None else Scorer.for_demand(demand)
         self._demand_source = demand_source
         # The scorer's per-kind pressure, and free capacity booked or freed since.
         self._pressure: dict[Kind, float] | None = None
@@ -79,7 +79,7 @@ class CapacityState:
         """The fragmentation scorer (built from the demand source on first use), or None
         for plain best fit."""
         if self._scorer is None and self._demand_source is not None:
-            self._scorer = Scorer(self._demand_source())
+            self._scorer = Scorer.for_demand(self._demand_source())
             self._demand_source = None
         return self._scorer
 
