@@ -18,7 +18,7 @@ reservation and its preemptions span every node it needs.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from functools import lru_cache
 from typing import Any
 
@@ -101,7 +101,7 @@ class Cycle(QueueWalk, CyclePreemption):
         self.notes: list[str] = []
         self.order: list[int] = []
         self._seen: set[int] = set()
-        self._unmarked: list[list[PendingJob]] = []  # seen, not yet in _seen
+        self._unmarked: list[Sequence[PendingJob]] = []  # seen, not yet in _seen
         self._waits: dict[int, tuple[PendingJob, str, Any]] = {}
         self._placed: list = []
         self._preempted: set[int] = set()

@@ -12,6 +12,7 @@ from scheduler.core.model import PendingJob, RunningJob, Snapshot
 from scheduler.core.placement import FreeCapacity
 from scheduler.core.quota import QuotaLedger
 from scheduler.policies.cycle_parts import GuaranteeTest, HeldReservation, QueueRest
+from scheduler.policies.job_rows import RankedJobs
 
 # Jobs found ahead that, considered, only waited, before the walk looks ahead again.
 _STALE = 8
@@ -40,7 +41,7 @@ class QueueWalk:
     _preemptible: list[RunningJob]
     order: list[int]
     _seen: set[int]
-    _unmarked: list[list[PendingJob]]
+    _unmarked: list[Sequence[PendingJob]]
     _waits: dict[int, tuple[PendingJob, str, Any]]
     _reservation: HeldReservation | None
     _blocked_by: int | None
@@ -65,7 +66,8 @@ class QueueWalk:
         reason the jobs found ahead at one point are a superset of those found later, and
         are looked for again only once some of them turned out to only wait. `rest`: the
         queue's needs (`QueueRest`) where the caller has them as columns already."""
-        jobs = jobs if isinstance(jobs, list) else list(jobs)  # (not copied: read only)
+        if not isinstance(jobs, list | RankedJobs):
+            jobs = list(jobs)  # (a list or the rows' order is read as it is: read only)
         may_settle = self._may_settle() if self.fast else False
         if may_settle is False:
             for job in jobs:
@@ -176,7 +178,7 @@ class QueueWalk:
                 mask |= ruled[i:end]
         return np.flatnonzero(mask) + i
 
-    def _wait_segment(self, jobs: list[PendingJob]) -> None:
+    def _wait_segment(self, jobs: Sequence[PendingJob]) -> None:
         """Record jobs that only wait, ahead of others still to be considered."""
         if (not self.full_plan or not self.explain) and (
             self._blocked_by is not None or not self.blocking
@@ -185,7 +187,7 @@ class QueueWalk:
                 return
         self._wait_each(jobs)
 
-    def _wait_rest(self, jobs: list[PendingJob]) -> None:
+    def _wait_rest(self, jobs: Sequence[PendingJob]) -> None:
         if not self.full_plan and (self._blocked_by is not None or not self.blocking):
             # Nothing of the rest is decided; without Waits it is only marked seen, and
             # only if the policy considers more jobs afterwards.
@@ -196,7 +198,7 @@ class QueueWalk:
                 return
         self._wait_each(jobs)
 
-    def _order_at_once(self, jobs: list[PendingJob]) -> bool:
+    def _order_at_once(self, jobs: Sequence[PendingJob]) -> bool:
         """Mark the jobs seen and append them to the order in one step, when none of them
         was seen and no id repeats (else False, and nothing is marked)."""
         ids = [j.id for j in jobs]
@@ -207,7 +209,7 @@ class QueueWalk:
             return True
         return False
 
-    def _wait_each(self, jobs: list[PendingJob]) -> None:
+    def _wait_each(self, jobs: Sequence[PendingJob]) -> None:
         seen = self._seen
         check = self.quota.check
         for job in jobs:
