@@ -4,7 +4,7 @@ when a walk can stop early."""
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -117,6 +117,15 @@ class TeamColumns:
     names: tuple[str, ...]
 
 
+@dataclass(frozen=True, slots=True)
+class ShapeColumns:
+    """Per queue position: the job's request shape (FreeCapacity.shape), as a code into
+    `code_of` (shape -> code)."""
+
+    code: np.ndarray
+    code_of: Mapping[tuple[Any, ...], int]
+
+
 class QueueRest:
     """Where in a queue the jobs are that might start, from what they need: whole GPUs on
     one node (a multi-node gang its GPUs per node; 0 for a fraction) and their time
@@ -133,10 +142,12 @@ class QueueRest:
         *,
         fractions: Callable[[], FractionColumns] | None = None,
         teams: Callable[[], TeamColumns] | None = None,
+        shapes: Callable[[], ShapeColumns] | None = None,
     ) -> None:
         """`fractions` and `teams`: what the walk would otherwise read from `jobs`, where
         the caller keeps them as columns (per position, as `per_node`): functions that
-        make them, called when the walk first needs them."""
+        make them, called when the walk first needs them. `shapes`, likewise: with them,
+        jobs of a shape that found no room are known not to start (see `may_start`)."""
         self.size = len(per_node)
         self._need = np.maximum(per_node, 1)  # a fraction needs one GPU with room
         self._fraction = per_node == 0
@@ -149,6 +160,8 @@ class QueueRest:
         self._models: list[str] = []
         self._fraction_columns = fractions
         self._teams = teams
+        self._shape_columns = shapes
+        self._shapes: ShapeColumns | None = None
 
     def guarantee_test(self, teams: Mapping[str, TeamState]) -> GuaranteeTest:
         """GuaranteeTest over this queue: from the team columns where given, else from
@@ -173,12 +186,15 @@ class QueueRest:
         largest: int,
         partial: Mapping[str, int],
         short: tuple[float, float, int] | None,
+        no_room: Collection[tuple[Any, ...]] = (),
     ) -> np.ndarray:
         """Over the positions from i up to `end`: whether the job needs at most `largest` GPUs, or
         is a fraction asking for no more compute than some partly used GPU of its model
-        has free (`partial`: per model, the most free compute of such a GPU), or, with
-        `short` = (now, start, room), ends by `start` when started at `now` and needs at
-        most `room` GPUs or is a fraction."""
+        has free (`partial`: per model, the most free compute of such a GPU), and (with
+        the shape columns) is not of a shape in `no_room` (shapes that found no room in
+        this walk: free capacity only shrinks in it); or, with `short` = (now, start,
+        room), ends by `start` when started at `now` and needs at most `room` GPUs or is
+        a fraction."""
         need, fraction = self._need[i:end], self._fraction[i:end]
         mask = need <= largest
         if partial and largest < 1:  # (with a whole GPU free every fraction passes)
@@ -189,6 +205,15 @@ class QueueRest:
                 top = max(partial.values())
                 bound = np.array([partial.get(m, 0) for m in self._models] + [top])
                 mask[pos[comp <= bound[model]] - i] = True
+        if no_room and self._shape_columns is not None:
+            if self._shapes is None:
+                self._shapes = self._shape_columns()
+            code_of = self._shapes.code_of
+            codes = [code_of[s] for s in no_room if s in code_of]
+            if codes:
+                gone = np.zeros(len(code_of), bool)
+                gone[codes] = True
+                mask &= ~gone[self._shapes.code[i:end]]
         if short is not None:
             now, start, room = short
             if self._short is None or self._short[:2] != (now, start):

@@ -10,15 +10,23 @@ from typing import Any, Protocol
 import numpy as np
 
 from scheduler.core.model import PendingJob
-from scheduler.policies.cycle_parts import FractionColumns, QueueRest, TeamColumns, per_node_need
+from scheduler.core.placement import FreeCapacity
+from scheduler.policies.cycle_parts import (
+    FractionColumns,
+    QueueRest,
+    ShapeColumns,
+    TeamColumns,
+    per_node_need,
+)
 from scheduler.policies.job_rows import JobRows, RankedJobs
 
 # submitted, gpus, compute, id, nice, team/qos key; then what the walk reads (QueueRest):
 # GPUs per node, time limit, asks for some GPU share, GPU model code (-1: any), team code,
 # GPU equivalent; then the score's size and nice terms (filled by `order`, for the
-# weights of `_terms_key`).
-_COLUMNS = 14
+# weights of `_terms_key`); then the request shape's code.
+_COLUMNS = 15
 _TERMS = 12
+_SHAPE = 14
 
 
 class Scores(Protocol):
@@ -58,6 +66,7 @@ class QueueRows(JobRows):
         self.key_count: list[int] = []
         self.model_codes: dict[str, int] = {}  # GPU model -> code (no model asked: -1)
         self.team_codes: dict[str, int] = {}
+        self.shape_codes: dict[tuple[Any, ...], int] = {}  # FreeCapacity.shape -> code
         # The queue of the last call while no rows are built (held, so ids stay unique).
         self._last: dict[int, PendingJob] = {}
         # The queue the rows were last brought up to (held, so its identity stays its own).
@@ -124,6 +133,10 @@ class QueueRows(JobRows):
             float,
         ).reshape(len(added), _TERMS)
         self.cols[:_TERMS, start:end] = block.T
+        shapes = self.shape_codes
+        self.cols[_SHAPE, start:end] = [
+            shapes.setdefault(FreeCapacity.shape(j), len(shapes)) for j in added
+        ]
         self.live[start:end] = True
         return True
 
@@ -165,8 +178,16 @@ class QueueRows(JobRows):
             code, amount = (column[c].take(ranked) for c in (10, 11))
             return TeamColumns(code.astype(np.int64), amount, teams)
 
+        def shape_columns() -> ShapeColumns:
+            return ShapeColumns(column[_SHAPE].take(ranked).astype(np.int64), self.shape_codes)
+
         rest = QueueRest(
-            per_node.astype(np.int64), limits, share > 0, fractions=fractions, teams=team_columns
+            per_node.astype(np.int64),
+            limits,
+            share > 0,
+            fractions=fractions,
+            teams=team_columns,
+            shapes=shape_columns,
         )
         return RankedJobs(self.jobs, ranked), rest
 

@@ -170,7 +170,9 @@ class QueueWalk:
             # node's whole free GPUs plus the held GPUs that were wholly free.
             room = max(len(self.cap.whole_free(n)) + held.whole_held(n) for n in held.nodes)
             short = (self.now, held.start, room)
-        mask = rest.may_start(i, end, largest, self.cap.partial_compute(), short)
+        mask = rest.may_start(
+            i, end, largest, self.cap.partial_compute(), short, self.cap.no_room_shapes()
+        )
         if len(self.preempts) < self._max_preempts:
             if reclaim is not None:
                 mask |= reclaim.within(i, end, self.quota.team_usage)

@@ -3,7 +3,7 @@ scheduler.core.placement.fleet_base), GPU-kind constraints and read-only accesso
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from typing import Any
 
 from scheduler.core._capacity_index import (
@@ -150,6 +150,11 @@ class CapacityState:
             job.cpus,
             job.memory_mb,
         )
+
+    def no_room_shapes(self) -> Collection[tuple[Any, ...]]:
+        """The shapes (`shape`) best fit found no room for since the last release: no job of
+        one fits until capacity is given back. Read-only."""
+        return self._fails
 
     def partial_compute(self) -> dict[str, int]:
         """Per GPU model, the most free compute percent of a partly used schedulable GPU
