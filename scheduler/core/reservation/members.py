@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from heapq import heapify, heappop
 from typing import Any
 
 from scheduler.core._capacity_index import host_request, node_count, per_node_gpus
@@ -65,12 +66,17 @@ def earliest_start_members(
     last: dict[tuple[str, int], float] = {}
     gang: set[tuple[str, int]] = set()
     back: dict[tuple[str, int], list[int]] = {}
-    events: list[tuple[float, int, str, Any]] = []
+    # (when, 0 for a GPU or 1 for host room, node, position, then the GPU index and the GPU,
+    # or the CPUs and memory): in the order of a stable sort by the first three, since the
+    # position breaks ties; `end if end > now else now` is max(now, end) without the call.
+    events: list[tuple[float, int, str, int, Any, Any]] = []
     for occ in occupants:
         if occ.node not in host:
             continue
         if occ.cpus or occ.memory_mb:
-            events.append((max(now, occ.end), 1, occ.node, (occ.cpus, occ.memory_mb)))
+            end = occ.end
+            when = end if end > now else now
+            events.append((when, 1, occ.node, len(events), occ.cpus, occ.memory_mb))
         for idx in occ.gpu_indices:
             where = (occ.node, idx)
             if occ.end > last.get(where, -math.inf):
@@ -90,8 +96,9 @@ def earliest_start_members(
             add_mem, add_comp = back[(node, idx)]
             if not (comp + add_comp >= FULL_COMPUTE and mem + add_mem >= held.memory_mb):
                 continue
-        events.append((max(now, end), 0, node, (idx, (held.model, held.memory_mb))))
-    events.sort(key=lambda e: (e[0], e[1], e[2]))
+        events.append((end if end > now else now, 0, node, len(events), idx, held))
+    # Popped in time order: most often only the first few are looked at.
+    heapify(events)
 
     def host_ok(node: str) -> bool:
         c, m = host[node]
@@ -147,23 +154,21 @@ def earliest_start_members(
     found = attempt()
     if found is not None:
         return now, found
-    i = 0
-    while i < len(events):
-        when = events[i][0]
+    while events:
+        when = events[0][0]
         touched = set()
-        while i < len(events) and events[i][0] <= when:
-            _, what, node, detail = events[i]
+        while events and events[0][0] <= when:
+            _, what, node, _, a, b = heappop(events)
             if what == 0:
-                idx, kind = detail
+                kind = (b.model, b.memory_mb)
                 indices = free.setdefault((node, kind), [])
                 if not indices and kind not in kinds_of.setdefault(node, []):
                     kinds_of[node].append(kind)
-                indices.append(idx)
+                indices.append(a)
             else:
-                host[node][0] += detail[0]
-                host[node][1] += detail[1]
+                host[node][0] += a
+                host[node][1] += b
             touched.add(node)
-            i += 1
         for node in touched:
             refresh(node)
         if not any(len(nodes) >= need for nodes in ready.values()):
