@@ -12,8 +12,15 @@ from typing import Any
 import numpy as np
 
 from scheduler.core.model import PendingJob
+from scheduler.core.placement import FreeCapacity
 from scheduler.core.service_distribution import bucket
-from scheduler.policies.cycle_parts import FractionColumns, QueueRest, TeamColumns, per_node_need
+from scheduler.policies.cycle_parts import (
+    FractionColumns,
+    QueueRest,
+    ShapeColumns,
+    TeamColumns,
+    per_node_need,
+)
 from scheduler.policies.gittins_columns import IndexModel, quota_within
 from scheduler.policies.job_rows import JobRows, RankedJobs
 
@@ -21,11 +28,12 @@ from scheduler.policies.job_rows import JobRows, RankedJobs
 # team code, GPUs per node, asks for some GPU share, compute share asked, GPU model code
 # (-1: any); then filled for the distributions and settings of the cycle: bucket of the
 # attained service (NaN: not computed), index, negated priority points, expected remaining
-# service.
+# service; then the request shape's code.
 _SUBMITTED, _ID, _ATTAINED, _LIMIT, _GPUS, _PRIORITY, _QOS, _TEAM = range(8)
 _PER_NODE, _SHARE, _COMPUTE, _MODEL, _BUCKET, _INDEX, _POINTS, _LEFT = range(8, 16)
+_SHAPE = 16
 _FROM_JOBS = 12
-_COLUMNS = 16
+_COLUMNS = 17
 
 
 @dataclass(frozen=True, eq=False)
@@ -112,6 +120,7 @@ class GittinsRows(JobRows):
         self.qos_codes: dict[str, int] = {}
         self.model_codes: dict[str, int] = {}
         self.team_codes: dict[str, int] = {}
+        self.shape_codes: dict[tuple[Any, ...], int] = {}  # FreeCapacity.shape -> code
         self._last: dict[int, PendingJob] = {}
         self._synced: tuple[PendingJob, ...] | None = None
         # The rows by (points, index, submit time, id), valid for `_keys`, and the rows
@@ -166,6 +175,10 @@ class GittinsRows(JobRows):
         ).reshape(len(added), _FROM_JOBS)
         self.cols[:_FROM_JOBS, start:end] = block.T
         self.cols[_BUCKET, start:end] = np.nan
+        shapes = self.shape_codes
+        self.cols[_SHAPE, start:end] = [
+            shapes.setdefault(FreeCapacity.shape(j), len(shapes)) for j in added
+        ]
         self.live[start:end] = True
         return True
 
@@ -230,8 +243,16 @@ class GittinsRows(JobRows):
             code, gpus = cols[_TEAM].take(final).astype(np.int64), cols[_GPUS].take(final)
             return TeamColumns(code, gpus, team_names)
 
+        def shapes() -> ShapeColumns:
+            return ShapeColumns(cols[_SHAPE].take(final).astype(np.int64), self.shape_codes)
+
         rest = QueueRest(
-            per_node.astype(np.int64), limits, share > 0, fractions=fractions, teams=teams
+            per_node.astype(np.int64),
+            limits,
+            share > 0,
+            fractions=fractions,
+            teams=teams,
+            shapes=shapes,
         )
         index_col = cols[_INDEX]
         index_of = _ByRow(self.row_of, lambda r: float(index_col[r]))

@@ -1,6 +1,7 @@
 """Once a request shape found no room, the walk passes over the later jobs of that shape
 (free capacity only shrinks during a walk), with the plan of the plain walk. (Where the
-queue's rows are kept: the priority order's, from the second cycle on the same jobs.)"""
+queue's rows are kept: the priority and Gittins orders', from the second cycle on the same
+jobs.)"""
 
 from __future__ import annotations
 
@@ -24,7 +25,7 @@ def _one_v100_free():
     return snap(nodes, pending, run, settings={"priority_reservation": False}, now=5000.0)
 
 
-@pytest.mark.parametrize("name", ["priority", "backfill"])
+@pytest.mark.parametrize("name", ["priority", "backfill", "gittins", "gittins-tiers"])
 @pytest.mark.parametrize("extra", [{}, {"explain": False}, {"explain": False, "plan_waits": False}])
 def test_jobs_of_a_shape_without_room_are_passed_over(name, extra, monkeypatch) -> None:
     snapshot = _one_v100_free()
