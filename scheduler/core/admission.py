@@ -19,6 +19,19 @@ from scheduler.core._capacity_index import host_request, node_count, per_node_gp
 from scheduler.core.model import FULL_COMPUTE, NodeState, TeamState, is_mig_device
 from scheduler.core.quota import host_share
 
+# What FleetProfile.fleet_error reads of a job.
+FLEET_FIELDS = (
+    "gpus",
+    "gpu_compute_percent",
+    "gpu_memory_mb",
+    "gpu_model",
+    "min_gpu_memory_mb",
+    "gpus_per_node",
+    "cpus",
+    "memory_mb",
+    "same_group",
+)
+
 
 class FleetProfile:
     """What admission needs to know of the fleet, computed once: the GPU models, and per
@@ -48,6 +61,12 @@ class FleetProfile:
 
     def error(self, job: Any, team: TeamState | None) -> str | None:
         """Why the job can never start on this fleet under this team's limits, or None."""
+        error = self.fleet_error(job)
+        return error if error is not None else limit_error(job, team)
+
+    def fleet_error(self, job: Any) -> str | None:
+        """Why the job can never start on this fleet whatever its team, or None: what
+        `error` says before the team's limits. It reads only FLEET_FIELDS of the job."""
         if job.gpus < 0:
             return (
                 f"asks for {job.gpus} GPUs; ask for 1 or more, or 0 with a memory and compute share"
@@ -112,7 +131,7 @@ class FleetProfile:
             gang_error = self._gang_error(job, of_model, label)
             if gang_error is not None:
                 return gang_error
-        return _limit_error(job, team)
+        return None
 
     def _host_error(self, job: Any) -> str | None:
         cpus, memory_mb = host_request(job)
@@ -220,7 +239,8 @@ def _shape_error(job: Any) -> str | None:
     return None
 
 
-def _limit_error(job: Any, team: TeamState | None) -> str | None:
+def limit_error(job: Any, team: TeamState | None) -> str | None:
+    """Why the job is above its team's hard limits or per-user cap, or None."""
     if team is None:
         return None
     need = job.gpu_equivalent

@@ -4,6 +4,7 @@ makes: each job considered in order, until what is left of the queue can only wa
 from __future__ import annotations
 
 from collections.abc import Callable, Sequence
+from operator import attrgetter
 from typing import Any
 
 import numpy as np
@@ -19,6 +20,24 @@ _STALE = 8
 # Positions the walk first looks ahead over; each further look covers twice as many.
 _WINDOW = 4096
 _EMPTY = np.zeros(0, np.int64)
+# Jobs that only wait, from this many in a row, are recorded as a run (`_room_runs`).
+_RUN = 8
+
+# What the sentence of a job waiting for room depends on: its request shape
+# (FreeCapacity.shape) and its team.
+ROOM_FIELDS = (
+    "team",
+    "gpus",
+    "gpu_compute_percent",
+    "gpu_memory_mb",
+    "gpus_per_node",
+    "cpus",
+    "memory_mb",
+    "gpu_model",
+    "min_gpu_memory_mb",
+    "same_group",
+)
+request_key = attrgetter(*ROOM_FIELDS)
 
 
 class QueueWalk:
@@ -40,6 +59,12 @@ class QueueWalk:
     rule_hint: Callable[[Sequence[PendingJob], list[RunningJob]], np.ndarray] | None
     _preemptible: list[RunningJob]
     order: list[int]
+    # The jobs of `order`, as walked; one without an entry in _waits (nor placed) waits
+    # for room.
+    _walked: list[PendingJob]
+    # Runs of `order` that only wait, recorded at once, none placed: (start, end, whether
+    # some job's quota holds it). A job of a run without an entry in _waits waits for room.
+    _room_runs: list[tuple[int, int, bool]]
     _seen: set[int]
     _unmarked: list[Sequence[PendingJob]]
     _waits: dict[int, tuple[PendingJob, str, Any]]
@@ -208,10 +233,30 @@ class QueueWalk:
         if seen.isdisjoint(ids) and len(set(ids)) == len(ids):
             seen.update(ids)
             self.order.extend(ids)
+            self._walked.extend(jobs)
             return True
         return False
 
     def _wait_each(self, jobs: Sequence[PendingJob]) -> None:
+        start = len(self.order)
+        if (
+            len(jobs) < _RUN
+            or self.blocking
+            or self._blocked_by is not None
+            or not self._order_at_once(jobs)
+        ):
+            self._wait_one_by_one(jobs)
+            return
+        # Each waits for room (no entry) unless its quota holds it.
+        limits = list(map(self.quota.check, jobs))
+        by_quota = limits.count(None) < len(limits)
+        if by_quota:
+            for job, limit in zip(jobs, limits, strict=True):
+                if limit is not None:
+                    self._waits[job.id] = (job, "quota", limit)
+        self._room_runs.append((start, len(self.order), by_quota))
+
+    def _wait_one_by_one(self, jobs: Sequence[PendingJob]) -> None:
         seen = self._seen
         check = self.quota.check
         for job in jobs:
@@ -219,6 +264,7 @@ class QueueWalk:
                 continue
             seen.add(job.id)
             self.order.append(job.id)
+            self._walked.append(job)
             if self._blocked_by is not None:
                 self._waits[job.id] = (job, "blocked", self._blocked_by)
                 continue
@@ -226,7 +272,6 @@ class QueueWalk:
             if limit is not None:
                 self._waits[job.id] = (job, "quota", limit)
                 continue
-            self._waits[job.id] = (job, "resources", None)
             if self.blocking:
                 self._blocked_by = job.id
 
