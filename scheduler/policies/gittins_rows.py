@@ -261,7 +261,14 @@ class GittinsRows(JobRows):
             points_col, by_row = cols[_POINTS], quota_by_row
             tiers = _ByRow(self.row_of, lambda r: (float(points_col[r]), int(by_row[r])))
         return RankedQueue(
-            RankedJobs(self.jobs, final), rest, index, index_of, tiers, tier_columns, cols, final
+            RankedJobs(self.jobs, final, cols[_ID]),
+            rest,
+            index,
+            index_of,
+            tiers,
+            tier_columns,
+            cols,
+            final,
         )
 
     def _fill(self, start: int, end: int, model: IndexModel, points: PointsRule | None) -> None:

@@ -136,12 +136,20 @@ class RankedJobs(Sequence[PendingJob]):
     its own; a slice past what is listed is another RankedJobs. Read it during the cycle
     it was made for: the rows change with the next sync."""
 
-    __slots__ = ("_column", "_rows", "_listed")
+    __slots__ = ("_column", "_rows", "_listed", "_ids")
 
-    def __init__(self, column: np.ndarray, rows: np.ndarray) -> None:
+    def __init__(self, column: np.ndarray, rows: np.ndarray, ids: np.ndarray) -> None:
+        """`column`: the job of each row; `rows`: the rows in order; `ids`: the job id of
+        each row."""
         self._column = column
         self._rows = rows
+        self._ids = ids
         self._listed: list[PendingJob] = []
+
+    def job_ids(self) -> list[int]:
+        """The jobs' ids in order, from the id column (no job object is read)."""
+        ids: list[int] = self._ids.take(self._rows).astype(np.int64).tolist()
+        return ids
 
     def __len__(self) -> int:
         return len(self._rows)
@@ -160,7 +168,7 @@ class RankedJobs(Sequence[PendingJob]):
                 return list(self)[key]
             if stop <= len(listed):
                 return listed[start:stop]
-            return RankedJobs(self._column, self._rows[start:stop])
+            return RankedJobs(self._column, self._rows[start:stop], self._ids)
         if key < 0:
             key += len(self._rows)
         if key < len(listed):

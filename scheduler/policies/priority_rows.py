@@ -189,7 +189,7 @@ class QueueRows(JobRows):
             teams=team_columns,
             shapes=shape_columns,
         )
-        return RankedJobs(self.jobs, ranked), rest
+        return RankedJobs(self.jobs, ranked, column[3]), rest
 
     def _fill_terms(self, weights: Scores) -> None:
         """The size and nice terms of the rows not filled yet for these weights."""

@@ -227,13 +227,21 @@ class QueueWalk:
 
     def _order_at_once(self, jobs: Sequence[PendingJob]) -> bool:
         """Mark the jobs seen and append them to the order in one step, when none of them
-        was seen and no id repeats (else False, and nothing is marked)."""
-        ids = [j.id for j in jobs]
+        was seen and no id repeats (else False, and nothing is marked). The jobs walked are
+        kept only for the sentences of a full plan (from the rows' order, the ids are read
+        without the jobs otherwise)."""
+        explained = self.full_plan and self.explain
+        ids = (
+            jobs.job_ids()
+            if isinstance(jobs, RankedJobs) and not explained
+            else [j.id for j in jobs]
+        )
         seen = self._seen
         if seen.isdisjoint(ids) and len(set(ids)) == len(ids):
             seen.update(ids)
             self.order.extend(ids)
-            self._walked.extend(jobs)
+            if explained:
+                self._walked.extend(jobs)
             return True
         return False
 

@@ -31,13 +31,17 @@ def test_reads_as_the_list_it_stands_for(n, seed, steps, nested) -> None:
     rng = np.random.default_rng(seed)
     column = np.empty(n + 3, object)
     column[:] = [f"job{i}" for i in range(n + 3)]
+    ids = np.arange(n + 3, dtype=float) * 7  # (the rows keep ids in float columns)
     rows = rng.permutation(n + 3)[:n]
     expected = column[rows].tolist()
-    seq = RankedJobs(column, rows)
+    expected_ids = [int(i) * 7 for i in rows]
+    seq = RankedJobs(column, rows, ids)
     if nested and n:
         seq, expected = seq[n // 3 :], expected[n // 3 :]  # a slice read as a whole again
+        expected_ids = expected_ids[n // 3 :]
         n = len(expected)
     assert len(seq) == n
+    assert seq.job_ids() == expected_ids
     for step in steps:
         if step[0] == "item" and n:
             k = int(step[1] * n)  # negative positions count from the end
@@ -54,7 +58,7 @@ def test_reads_as_the_list_it_stands_for(n, seed, steps, nested) -> None:
 
 def test_out_of_range_is_an_index_error() -> None:
     column = np.array(["a", "b", "c"], object)
-    seq = RankedJobs(column, np.array([2, 0]))
+    seq = RankedJobs(column, np.array([2, 0]), np.zeros(3))
     for k in (2, -3, 10):
         try:
             seq[k]
