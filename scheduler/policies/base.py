@@ -121,7 +121,9 @@ class Cycle(QueueWalk, CyclePreemption):
         self.reserves: list[Reserve] = []
         self.notes: list[str] = []
         self.order: list[int] = []
-        self._walked: list[PendingJob] = []  # the jobs of `order`
+        # The jobs of `order` (in full from runs only where the plan explains: explain and
+        # plan_waits on).
+        self._walked: list[PendingJob] = []
         self._room_runs: list[tuple[int, int, bool]] = []
         self._rewaited = False  # `wait` gave a job walked before its own reason
         self._seen: set[int] = set()

@@ -59,8 +59,8 @@ class QueueWalk:
     rule_hint: Callable[[Sequence[PendingJob], list[RunningJob]], np.ndarray] | None
     _preemptible: list[RunningJob]
     order: list[int]
-    # The jobs of `order`, as walked; one without an entry in _waits (nor placed) waits
-    # for room.
+    # The jobs of `order`, as walked (runs recorded at once are kept only where the plan
+    # explains); one without an entry in _waits (nor placed) waits for room.
     _walked: list[PendingJob]
     # Runs of `order` that only wait, recorded at once, none placed: (start, end, whether
     # some job's quota holds it). A job of a run without an entry in _waits waits for room.
