@@ -11,6 +11,7 @@ from __future__ import annotations
 from dataclasses import replace
 from types import MappingProxyType
 
+from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
 
 from scheduler.core.model import (
@@ -191,3 +192,42 @@ def _pending(draw: st.DrawFn, job_id: int, now: float) -> PendingJob:
         predicted_runtime=draw(st.none() | st.floats(10, limit)),
         attained_service=float(draw(st.integers(0, 400_000))),
     )
+
+
+# The queue-walking policies, and the checks the cycle's property tests run them with.
+WALKING_POLICIES = [
+    "fcfs",
+    "priority",
+    "sjf",
+    "fairshare",
+    "backfill",
+    "las",
+    "gittins",
+    "gittins-tiers",
+]
+CYCLE_CHECKS = settings(
+    max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow]
+)
+
+
+def with_settings(snapshot: Snapshot, **extra: object) -> Snapshot:
+    """The snapshot with these settings added."""
+    return replace(snapshot, settings=MappingProxyType({**snapshot.settings, **extra}))
+
+
+def no_guarantees(snapshot: Snapshot) -> Snapshot:
+    """No team guarantee and no QoS preemption: the walk may settle early."""
+    teams = {t: replace(s, guaranteed_gpus=0) for t, s in snapshot.teams.items()}
+    return replace(
+        snapshot,
+        teams=MappingProxyType(teams),
+        settings=MappingProxyType({**snapshot.settings, "qos_preemption": False}),
+    )
+
+
+@st.composite
+def busy_snapshots(draw: st.DrawFn) -> Snapshot:
+    """Up to 40 pending jobs; half of them without guarantees or QoS preemption, so that
+    the walk often settles early and records much of the queue at once."""
+    snap = draw(snapshots(max_nodes=4, max_pending=40))
+    return no_guarantees(snap) if draw(st.booleans()) else snap

@@ -13,8 +13,7 @@ from types import MappingProxyType
 from unittest.mock import patch
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import given
 
 from scheduler.core.model import (
     GpuState,
@@ -31,41 +30,24 @@ from scheduler.policies import get_policy, walk
 from scheduler.policies.base import Cycle
 from scheduler.policies.priority import priority_order, priority_scores
 from tests.scheduler.invariants import assert_plan_valid
-from tests.scheduler.policies.strategies import snapshots
-
-NAMES = ["fcfs", "priority", "sjf", "fairshare", "backfill", "las", "gittins", "gittins-tiers"]
-CHECKS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-
-
-def _with(snapshot: Snapshot, **extra: object) -> Snapshot:
-    return replace(snapshot, settings=MappingProxyType({**snapshot.settings, **extra}))
-
-
-def _no_guarantees(snapshot: Snapshot) -> Snapshot:
-    """No team guarantee and no QoS preemption: the walk may settle early."""
-    teams = {t: replace(s, guaranteed_gpus=0) for t, s in snapshot.teams.items()}
-    return replace(
-        snapshot,
-        teams=MappingProxyType(teams),
-        settings=MappingProxyType({**snapshot.settings, "qos_preemption": False}),
-    )
+from tests.scheduler.policies.strategies import (
+    CYCLE_CHECKS,
+    WALKING_POLICIES,
+    busy_snapshots,
+    snapshots,
+    with_settings,
+)
 
 
 def _quiet(plan: Plan) -> Plan:
     return replace(plan, waits=tuple(Wait(w.job_id, "", w.eta) for w in plan.waits))
 
 
-@st.composite
-def busy_snapshots(draw: st.DrawFn) -> Snapshot:
-    snap = draw(snapshots(max_nodes=4, max_pending=40))
-    return _no_guarantees(snap) if draw(st.booleans()) else snap
-
-
-@pytest.mark.parametrize("name", NAMES)
-@CHECKS
+@pytest.mark.parametrize("name", WALKING_POLICIES)
+@CYCLE_CHECKS
 @given(snapshot=busy_snapshots())
 def test_shortcuts_give_the_plain_plan(name: str, snapshot: Snapshot) -> None:
-    reference = get_policy(name).schedule(_with(snapshot, fast_paths=False))
+    reference = get_policy(name).schedule(with_settings(snapshot, fast_paths=False))
     fast = get_policy(name).schedule(snapshot)
     assert fast == reference
     assert_plan_valid(snapshot, fast)
@@ -75,21 +57,21 @@ def test_shortcuts_give_the_plain_plan(name: str, snapshot: Snapshot) -> None:
         assert get_policy(name).schedule(snapshot) == reference
 
 
-@pytest.mark.parametrize("name", NAMES)
-@CHECKS
+@pytest.mark.parametrize("name", WALKING_POLICIES)
+@CYCLE_CHECKS
 @given(snapshot=busy_snapshots())
 def test_explain_off_only_drops_the_sentences(name: str, snapshot: Snapshot) -> None:
-    reference = get_policy(name).schedule(_with(snapshot, fast_paths=False))
-    quiet = get_policy(name).schedule(_with(snapshot, explain=False))
+    reference = get_policy(name).schedule(with_settings(snapshot, fast_paths=False))
+    quiet = get_policy(name).schedule(with_settings(snapshot, explain=False))
     assert quiet == _quiet(reference)
 
 
-@pytest.mark.parametrize("name", NAMES)
-@CHECKS
+@pytest.mark.parametrize("name", WALKING_POLICIES)
+@CYCLE_CHECKS
 @given(snapshot=busy_snapshots())
 def test_plan_waits_off_keeps_the_decisions(name: str, snapshot: Snapshot) -> None:
-    reference = get_policy(name).schedule(_with(snapshot, fast_paths=False))
-    light = get_policy(name).schedule(_with(snapshot, explain=False, plan_waits=False))
+    reference = get_policy(name).schedule(with_settings(snapshot, fast_paths=False))
+    light = get_policy(name).schedule(with_settings(snapshot, explain=False, plan_waits=False))
     assert light.waits == ()
     assert (light.places, light.preempts, light.reserves, light.notes) == (
         reference.places,
@@ -114,7 +96,7 @@ def _capacity_view(cap: FreeCapacity, snapshot: Snapshot) -> tuple:
     )
 
 
-@CHECKS
+@CYCLE_CHECKS
 @given(snapshot=snapshots(max_nodes=4, max_pending=20))
 def test_capacity_rebuilt_from_reused_nodes_is_fresh(snapshot: Snapshot) -> None:
     first = FreeCapacity.from_snapshot(snapshot)
@@ -128,7 +110,7 @@ def test_capacity_rebuilt_from_reused_nodes_is_fresh(snapshot: Snapshot) -> None
     assert _capacity_view(again, snapshot) == _capacity_view(fresh, snapshot)
 
 
-@CHECKS
+@CYCLE_CHECKS
 @given(snapshot=snapshots(max_pending=40))
 def test_vectorised_priority_order_matches_the_scores(snapshot: Snapshot) -> None:
     scores = priority_scores(snapshot)
@@ -163,7 +145,7 @@ def _full_fleet(pending: int = 30) -> Snapshot:
 @pytest.mark.parametrize("name", ["priority", "backfill", "sjf"])
 def test_settled_queue_is_recorded_at_once_with_the_same_plan(name, monkeypatch) -> None:
     snapshot = _full_fleet()
-    reference = get_policy(name).schedule(_with(snapshot, fast_paths=False))
+    reference = get_policy(name).schedule(with_settings(snapshot, fast_paths=False))
     calls = []
     original = Cycle._wait_rest
 
@@ -173,7 +155,7 @@ def test_settled_queue_is_recorded_at_once_with_the_same_plan(name, monkeypatch)
 
     monkeypatch.setattr(Cycle, "_wait_rest", spy)
     assert get_policy(name).schedule(snapshot) == reference
-    assert get_policy(name).schedule(_with(snapshot, explain=False)) == _quiet(reference)
+    assert get_policy(name).schedule(with_settings(snapshot, explain=False)) == _quiet(reference)
     assert calls and calls[0] >= 20
     assert {p.job_id for p in reference.places} == {900, 901}
 
@@ -202,7 +184,7 @@ def _reserved_node_too_small(pending: int = 30) -> Snapshot:
 @pytest.mark.parametrize("name", ["priority", "backfill"])
 def test_walk_settles_when_no_later_job_fits_the_reserved_node(name, monkeypatch) -> None:
     snapshot = _reserved_node_too_small()
-    reference = get_policy(name).schedule(_with(snapshot, fast_paths=False))
+    reference = get_policy(name).schedule(with_settings(snapshot, fast_paths=False))
     calls = []
     original = Cycle._wait_rest
 
@@ -249,8 +231,8 @@ def test_walk_goes_from_one_job_that_may_start_to_the_next(
     name, extra, window, monkeypatch
 ) -> None:
     monkeypatch.setattr(walk, "_WINDOW", window)
-    snapshot = _with(_few_fit_far_apart(), **extra)
-    reference = get_policy(name).schedule(_with(snapshot, fast_paths=False))
+    snapshot = with_settings(_few_fit_far_apart(), **extra)
+    reference = get_policy(name).schedule(with_settings(snapshot, fast_paths=False))
     considered = []
     original = Cycle.consider
 
@@ -306,7 +288,7 @@ def _take(cap: FreeCapacity, snapshot: Snapshot) -> None:
 
 
 @pytest.mark.parametrize("booking", [_hold_hosts, _hold_gpus, _give_back, _release, _take])
-@CHECKS
+@CYCLE_CHECKS
 @given(snapshot=snapshots(max_nodes=4, max_pending=20))
 def test_bookings_do_not_reach_the_shared_nodes(booking, snapshot: Snapshot) -> None:
     """A FreeCapacity shares each node with the next one built from the same NodeState
@@ -338,8 +320,8 @@ def _guarantees_with_one_reclaimer() -> Snapshot:
 def test_walk_with_guarantees_considers_only_jobs_that_may_start_or_reclaim(
     name, extra, monkeypatch
 ) -> None:
-    snapshot = _with(_guarantees_with_one_reclaimer(), **extra)
-    reference = get_policy(name).schedule(_with(snapshot, fast_paths=False))
+    snapshot = with_settings(_guarantees_with_one_reclaimer(), **extra)
+    reference = get_policy(name).schedule(with_settings(snapshot, fast_paths=False))
     considered = []
     original = Cycle.consider
 

@@ -8,13 +8,12 @@ check; both hold only while those fields are all the checks read.
 
 from __future__ import annotations
 
-from dataclasses import fields, replace
+from dataclasses import fields
 from types import MappingProxyType, SimpleNamespace
 from unittest.mock import patch
 
 import pytest
-from hypothesis import HealthCheck, given, settings
-from hypothesis import strategies as st
+from hypothesis import given
 
 from scheduler.core.admission import FLEET_FIELDS, FleetProfile
 from scheduler.core.model import (
@@ -28,35 +27,22 @@ from scheduler.core.model import (
 )
 from scheduler.core.placement import FreeCapacity
 from scheduler.policies import get_policy, walk
-from scheduler.policies.base import Cycle, _waits_of
+from scheduler.policies.base import Cycle
+from scheduler.policies.cycle_waits import _waits_of
 from scheduler.policies.walk import ROOM_FIELDS
-from tests.scheduler.policies.strategies import snapshots
-
-NAMES = ["fcfs", "priority", "sjf", "fairshare", "backfill", "las", "gittins", "gittins-tiers"]
-CHECKS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
-
-
-def _with(snapshot: Snapshot, **extra: object) -> Snapshot:
-    return replace(snapshot, settings=MappingProxyType({**snapshot.settings, **extra}))
+from tests.scheduler.policies.strategies import (
+    CYCLE_CHECKS,
+    WALKING_POLICIES,
+    busy_snapshots,
+    with_settings,
+)
 
 
-@st.composite
-def settling_snapshots(draw: st.DrawFn) -> Snapshot:
-    """Snapshots whose walk often settles early (no guarantee, no QoS preemption), so that
-    much of the queue is recorded at once."""
-    snap = draw(snapshots(max_nodes=4, max_pending=40))
-    if draw(st.booleans()):
-        teams = {t: replace(s, guaranteed_gpus=0) for t, s in snap.teams.items()}
-        snap = replace(snap, teams=MappingProxyType(teams))
-        snap = _with(snap, qos_preemption=False)
-    return snap
-
-
-@pytest.mark.parametrize("name", NAMES)
-@CHECKS
-@given(snapshot=settling_snapshots())
+@pytest.mark.parametrize("name", WALKING_POLICIES)
+@CYCLE_CHECKS
+@given(snapshot=busy_snapshots())
 def test_runs_of_any_length_give_the_plain_waits(name: str, snapshot: Snapshot) -> None:
-    reference = get_policy(name).schedule(_with(snapshot, fast_paths=False))
+    reference = get_policy(name).schedule(with_settings(snapshot, fast_paths=False))
     with patch.object(walk, "_RUN", 1), patch.object(walk, "_WINDOW", 1):
         assert get_policy(name).schedule(snapshot) == reference
 
@@ -82,7 +68,7 @@ def _full_fleet_with_caps(pending: int = 40) -> Snapshot:
 @pytest.mark.parametrize("name", ["priority", "sjf", "backfill"])
 def test_run_with_jobs_held_by_quota(name: str) -> None:
     snapshot = _full_fleet_with_caps()
-    reference = get_policy(name).schedule(_with(snapshot, fast_paths=False))
+    reference = get_policy(name).schedule(with_settings(snapshot, fast_paths=False))
     assert get_policy(name).schedule(snapshot) == reference
     reasons = {w.job_id: w.reason for w in reference.waits}
     assert reasons[133].startswith("needs 4 GPUs on one node")  # cy: no room
