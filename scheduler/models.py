@@ -110,3 +110,18 @@ class QueueOrder(models.Model):
 
     def __str__(self) -> str:
         return f"{len(self.ids) // 8} waiting jobs, as of {self.written_at}"
+
+
+class TableGeneration(models.Model):
+    """Per table, a number that changes whenever any statement writes the table: a
+    PostgreSQL trigger (migration 0006) sets it from a sequence, so a value is never given
+    twice, even by a transaction that rolled back. A process that kept what it read of the
+    table knows it is still current while the number reads the same, whoever wrote (a
+    service, an admin, psql). Only tables that change seldom have one (the GPU inventory);
+    only PostgreSQL keeps them."""
+
+    table = models.CharField(max_length=100, primary_key=True)
+    value = models.BigIntegerField()
+
+    def __str__(self) -> str:
+        return f"{self.table}: {self.value}"

@@ -67,7 +67,9 @@ def _history_fingerprint(recent: Any) -> str | None:
             params,
         )
         found = cursor.fetchone()
-    return None if found is None or found[0] is None else str(found[0])
+    if found is None:
+        return None
+    return "" if found[0] is None else str(found[0])  # "": no finished job yet
 
 
 def learn_history(limit: int) -> History:

@@ -160,6 +160,65 @@ def _pending_fields() -> tuple[Any, ...]:
     )  # fmt: skip
 
 
+class RowsDerived:
+    """What a snapshot derives from the job rows (`snapshot_rows.JobRows`) alone, kept while
+    `read_job_rows` returns the very same lists (nothing changed), and the parts that also
+    depend on the gang members or the nodes' names while those read the same."""
+
+    def __init__(self, active: list[tuple[Any, ...]], pending: list[tuple[Any, ...]]) -> None:
+        self.active, self.pending = active, pending
+        # Multi-node jobs (job id -> attempt): rank 0 of every active job is its own row,
+        # the other members of these come from their member rows.
+        self.gangs = {r[0]: r[17] for r in active if r[19] and r[5] > r[19]}
+        self.owner_ids = {r[2] for r in active} | {r[2] for r in pending}
+        self.requeued = {r[0] for r in active if r[14]} | {r[0] for r in pending if r[18]}
+        self.pending_attempts = {r[0]: r[14] for r in pending}
+        self.waits: dict[int, WaitFields] = {}
+        for r in pending:
+            stored_eta = seconds(r[17])
+            self.waits[r[0]] = (r[15], r[16], None if stored_eta is None else int(stored_eta))
+        self._allocations: tuple[Any, list[Allocation]] | None = None
+        self._active: tuple[Any, dict[int, int], dict[int, tuple[int, int]]] | None = None
+
+    def allocations(self, members: dict[int, list[tuple[int, int, list[Any]]]]) -> list[Allocation]:
+        """What each member of an active job takes on its node."""
+        if self._allocations is not None and self._allocations[0] == members:
+            return self._allocations[1]
+        allocations: list[Allocation] = []
+        for r in self.active:
+            allocations.append((r[3], r[4], r[5], r[6], r[7], r[20], r[21]))
+            for _, node_id, indices in members.get(r[0], ()):
+                allocations.append((node_id, indices, r[5], r[6], r[7], r[20], r[21]))
+        self._allocations = (members, allocations)
+        return allocations
+
+    def active_fences(
+        self, node_names: dict[int, str]
+    ) -> tuple[dict[int, int], dict[int, tuple[int, int]]]:
+        """The attempt and (requeues, max requeues) of each active job whose node exists."""
+        if self._active is not None and self._active[0] == node_names:
+            return self._active[1], self._active[2]
+        attempts: dict[int, int] = {}
+        requeues: dict[int, tuple[int, int]] = {}
+        for r in self.active:
+            if r[3] in node_names:
+                attempts[r[0]] = r[17]
+                requeues[r[0]] = (r[14], r[15])
+        self._active = (node_names, attempts, requeues)
+        return attempts, requeues
+
+
+_derived: RowsDerived | None = None
+
+
+def rows_derived(active: list[tuple[Any, ...]], pending: list[tuple[Any, ...]]) -> RowsDerived:
+    global _derived
+    last = _derived
+    if last is None or last.active is not active or last.pending is not pending:
+        last = _derived = RowsDerived(active, pending)
+    return last
+
+
 def build_snapshot(*, now: datetime | None = None, save_usage: bool = True) -> DbSnapshot:
     """Read the fleet as it is now. With `save_usage`, team usage rows are brought up to
     date (the cycle does this under its lock; read-only callers such as estimates do not)."""
@@ -169,15 +228,9 @@ def build_snapshot(*, now: datetime | None = None, save_usage: bool = True) -> D
     params = dict(row.params or {})
     rows = read_job_rows(_active_fields(), _pending_fields())
     active, pending = rows.active, rows.pending
-    # Rank 0 of every active job is its own row; the other members of multi-node jobs come
-    # from their member rows.
-    members = gang_members({r[0]: r[17] for r in active if r[19] and r[5] > r[19]})
-    allocations: list[Allocation] = []
-    for r in active:
-        allocations.append((r[3], r[4], r[5], r[6], r[7], r[20], r[21]))
-        for _, node_id, indices in members.get(r[0], ()):
-            allocations.append((node_id, indices, r[5], r[6], r[7], r[20], r[21]))
-    nodes, node_ids, node_names = build_nodes(allocations + _releasing(now))
+    derived = rows_derived(active, pending)
+    members = gang_members(derived.gangs)
+    nodes, node_ids, node_names = build_nodes(derived.allocations(members) + _releasing(now))
 
     snap = DbSnapshot(
         core=Snapshot(now=t_now, nodes=nodes),
@@ -192,23 +245,20 @@ def build_snapshot(*, now: datetime | None = None, save_usage: bool = True) -> D
             "fairshare_weight", "cpu_limit", "memory_mb_limit",
         )
     }  # fmt: skip
-    owner_ids = {r[2] for r in active} | {r[2] for r in pending}
-    users = dict(get_user_model().objects.filter(id__in=owner_ids).values_list("id", "username"))
+    users = dict(
+        get_user_model().objects.filter(id__in=derived.owner_ids).values_list("id", "username")
+    )
     history = learn_history(int(snap.param("prediction_history")))
     snap.predictor = history.predictor
     # Earlier attempts' service, in GPU-seconds like gittins' size distribution.
-    earlier = attempt_history({r[0] for r in active if r[14]} | {r[0] for r in pending if r[18]})
+    earlier = attempt_history(derived.requeued)
     inputs = JobInputs(t_now, teams, users, earlier, Attempts(), history.predict)
     running, runs = running_jobs(active, inputs, node_names=node_names, members=members)
-    for r in active:
-        if r[3] in node_names:
-            snap.attempts[r[0]] = r[17]
-            snap.requeues[r[0]] = (r[14], r[15])
+    attempts, requeues = derived.active_fences(node_names)
+    snap.attempts = {**attempts, **derived.pending_attempts}
+    snap.requeues = dict(requeues)
     queued = pending_jobs(pending, inputs)
-    for r in pending:
-        snap.attempts[r[0]] = r[14]
-        stored_eta = seconds(r[17])
-        snap.waits[r[0]] = (r[15], r[16], None if stored_eta is None else int(stored_eta))
+    snap.waits = dict(derived.waits)
 
     usage = team_usage(
         now=now,

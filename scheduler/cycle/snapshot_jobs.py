@@ -22,7 +22,7 @@ from django.db.models import F, FloatField, Func
 
 from fleet.models import JobState
 from scheduler.core.model import Member, PendingJob, RunningJob
-from scheduler.cycle.usage import Run, gpu_equivalent
+from scheduler.cycle.usage import RunningSince, gpu_equivalent
 
 Predict = Callable[[int, str, int], float | None]
 
@@ -94,6 +94,13 @@ class CarriedJobs:
         self.pending_context: tuple[Any, ...] | None = None
         self.reused = 0  # objects kept by the last build (for tests and benches)
         self.by_row = 0  # of those, kept because their row was the same object
+        # The last build's whole output and what it was built from: (rows list, context,
+        # earlier attempts, owners' names, gang members) -> output. When the rows are the
+        # very list read last time (nothing changed, scheduler.cycle.snapshot_rows) and the
+        # rest reads the same, every job would keep its object: the lists are kept whole.
+        self.running_whole: tuple[tuple[Any, ...], tuple[Any, ...]] | None = None
+        self.pending_whole: tuple[tuple[Any, ...], list[PendingJob]] | None = None
+        self.whole = False  # whether the last build kept its lists whole
 
 
 CARRIED = CarriedJobs()
@@ -106,16 +113,25 @@ def running_jobs(
     node_names: Mapping[int, str],
     members: Mapping[int, list[tuple[int, int, list[Any]]]],
     carried: CarriedJobs = CARRIED,
-) -> tuple[list[RunningJob], list[Run]]:
+) -> tuple[list[RunningJob], list[RunningSince]]:
     """Assigned and running jobs (rows of `snapshot._active_fields()`) whose node exists, and
-    the runs of running ones for team usage."""
+    the runs so far of running ones, for team usage."""
     t_now = inputs.t_now
     last = carried.running
-    same = carried.running_context == (inputs.teams, inputs.predict, node_names)
+    context = (inputs.teams, inputs.predict, node_names)
+    same = carried.running_context == context
+    whole = (active, context, inputs.earlier, inputs.users, members)
+    if same and _same_inputs(carried.running_whole, whole):
+        assert carried.running_whole is not None
+        kept_running, kept_runs = carried.running_whole[1]
+        carried.reused = carried.by_row = len(kept_running)
+        carried.whole = True
+        return list(kept_running), list(kept_runs)
     kept: dict[int, tuple[tuple[Any, ...], RunningJob, tuple[Any, ...]]] = {}
     running: list[RunningJob] = []
-    runs: list[Run] = []
+    runs: list[RunningSince] = []
     reused = by_row = 0
+    timeless = True  # no job's start is "now"
     for row in active:
         (
             job_id, team_id, owner_id, node_id, indices, gpus, mem, comp, started, assigned,
@@ -139,8 +155,10 @@ def running_jobs(
             kept[job_id] = hit
             running.append(job)
             if state == JobState.RUNNING and started is not None:
-                runs.append(Run(team_id, gpu_equivalent(gpus, comp), job.started_at, t_now))
+                runs.append((team_id, gpu_equivalent(gpus, comp), job.started_at))
             continue
+        if started is None and assigned is None:
+            timeless = False
         node = node_names.get(node_id)
         if node is None:
             continue  # its node was deleted: nothing to place around
@@ -190,11 +208,21 @@ def running_jobs(
         kept[job_id] = (key, job, row)
         running.append(job)
         if state == JobState.RUNNING and started is not None:
-            runs.append(Run(team_id, gpu_equivalent(gpus, comp), start, t_now))
+            runs.append((team_id, gpu_equivalent(gpus, comp), start))
     carried.running = kept
-    carried.running_context = (inputs.teams, inputs.predict, node_names)
-    carried.reused, carried.by_row = reused, by_row
+    carried.running_context = context
+    carried.running_whole = (whole, (tuple(running), tuple(runs))) if timeless else None
+    carried.reused, carried.by_row, carried.whole = reused, by_row, False
     return running, runs
+
+
+def _same_inputs(last: tuple[tuple[Any, ...], Any] | None, now: tuple[Any, ...]) -> bool:
+    """Whether a whole build's inputs (rows list, context, earlier attempts, owners' names[,
+    gang members]) are those of `last`: the rows list the same object, the rest equal."""
+    if last is None:
+        return False
+    before = last[0]
+    return before[0] is now[0] and all(a == b for a, b in zip(before[1:], now[1:], strict=True))
 
 
 # Fields of a pending row (`snapshot._pending_fields()`) that are the job's wait as stored
@@ -208,10 +236,19 @@ def pending_jobs(
     """Pending jobs from rows of `snapshot._pending_fields()`, in the rows' order."""
     t_now = inputs.t_now
     last = carried.pending
-    same = carried.pending_context == (inputs.teams, inputs.predict)
+    context = (inputs.teams, inputs.predict)
+    same = carried.pending_context == context
+    whole = (pending, context, inputs.earlier, inputs.users)
+    if same and _same_inputs(carried.pending_whole, whole):
+        assert carried.pending_whole is not None
+        kept_queued = carried.pending_whole[1]
+        carried.reused += len(kept_queued)
+        carried.by_row += len(kept_queued)
+        return list(kept_queued)
     kept: dict[int, tuple[tuple[Any, ...], PendingJob, tuple[Any, ...]]] = {}
     queued: list[PendingJob] = []
     reused = by_row = 0
+    timeless = True  # no job was submitted "now"
     for row in pending:
         (
             job_id, team_id, owner_id, submitted, limit, gpus, mem, comp, model, min_mem,
@@ -232,6 +269,7 @@ def pending_jobs(
             kept[job_id] = hit
             queued.append(hit[1])
             continue
+        timeless = timeless and submitted is not None
         past, predicted, team, user = inputs.of(job_id, team_id, owner_id, name, limit)
         submitted_at = seconds_or(submitted, t_now)
         key = (
@@ -269,7 +307,8 @@ def pending_jobs(
         kept[job_id] = (key, job, row)
         queued.append(job)
     carried.pending = kept
-    carried.pending_context = (inputs.teams, inputs.predict)
+    carried.pending_context = context
+    carried.pending_whole = (whole, list(queued)) if timeless else None
     carried.reused += reused
     carried.by_row += by_row
     return queued

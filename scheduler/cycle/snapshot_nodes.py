@@ -4,12 +4,14 @@ A node whose row, GPU rows and allocations (the members and stopping attempts on
 the same as in the last snapshot of this process keeps its `NodeState`: the object is a
 function of exactly those values. On a 1,000-node fleet most nodes keep theirs from one
 cycle to the next, and building 8,000 `GpuState`s again cost a fifth of the snapshot. The
-GPU inventory is read again only when its fingerprint (an md5 of its rows, computed by
-PostgreSQL) changes; other databases read it every time.
+GPU inventory is read again only when its generation (scheduler.models.TableGeneration, set
+by a trigger on every write to the GPU table) changes, and at least every
+GPU_READ_EVERY_S seconds whatever it says; other databases read it every time.
 """
 
 from __future__ import annotations
 
+from time import monotonic
 from types import MappingProxyType
 from typing import Any
 
@@ -18,6 +20,7 @@ from django.db import connection
 from fleet.models import Gpu, Node
 from fleet.models.nodes import NodeState as NodeStatus
 from scheduler.core.model import FULL_COMPUTE, GpuState, NodeState
+from scheduler.models import TableGeneration
 
 # What one member of an assigned/running attempt, or one stopping attempt's hold, takes on
 # its node: (node id, GPU indices, gpus, GPU memory, compute share, CPU cores, host memory).
@@ -25,12 +28,19 @@ Allocation = tuple[int, Any, int, int | None, int | None, int, int]
 GpuRow = tuple[int, int, str, int]  # node id, index, model, memory
 
 
+# Seconds a process trusts its GPU rows while their generation reads the same: a bound on
+# how long a write that fired no trigger (triggers disabled by an admin, a restore with
+# session_replication_role "replica") could leave the inventory stale.
+GPU_READ_EVERY_S = 300.0
+
+
 class CarriedNodes:
-    """The GPU rows by node with their fingerprint, and node id -> (the values its
-    `NodeState` was built from, the object), from the last build."""
+    """The GPU rows by node with the generation and time they were read at, and node id ->
+    (the values its `NodeState` was built from, the object), from the last build."""
 
     def __init__(self) -> None:
-        self.fingerprint: str | None = None
+        self.generation: int | None = None
+        self.read_at = 0.0
         self.gpus: dict[int, tuple[GpuRow, ...]] = {}
         self.nodes: dict[int, tuple[tuple[Any, ...], NodeState]] = {}
         self.reused = 0  # nodes kept by the last build (for tests and benches)
@@ -39,31 +49,35 @@ class CarriedNodes:
 CARRIED_NODES = CarriedNodes()
 
 _GPU_COLUMNS = ("node_id", "index", "model", "memory_mb")
+_GENERATION_SQL = f'SELECT value FROM "{TableGeneration._meta.db_table}" WHERE "table" = %s'  # noqa: S608
 
 
-def _gpu_fingerprint() -> str | None:
+def gpu_generation() -> int | None:
+    """The GPU table's generation now, or None where there is none (not PostgreSQL, or its
+    row is gone): then the rows are read every time."""
     if connection.vendor != "postgresql":
         return None
-    sql, params = Gpu.objects.values_list("id", *_GPU_COLUMNS).query.sql_with_params()
     with connection.cursor() as cursor:
-        cursor.execute(
-            "SELECT md5(string_agg(concat_ws('|', c0, c1, c2, c3, c4), ',' ORDER BY c0)) "
-            f"FROM ({sql}) AS r(c0, c1, c2, c3, c4)",
-            params,
-        )
+        cursor.execute(_GENERATION_SQL, [Gpu._meta.db_table])
         found = cursor.fetchone()
-    return None if found is None or found[0] is None else str(found[0])
+    return None if found is None else int(found[0])
 
 
-def _gpu_rows(carried: CarriedNodes) -> dict[int, tuple[GpuRow, ...]]:
-    fingerprint = _gpu_fingerprint()
-    if fingerprint is not None and fingerprint == carried.fingerprint:
+def _gpu_rows(carried: CarriedNodes, *, now: float | None = None) -> dict[int, tuple[GpuRow, ...]]:
+    now = monotonic() if now is None else now
+    # Read before the rows: a write committed in between shows as a new generation next time.
+    generation = gpu_generation()
+    if (
+        generation is not None
+        and generation == carried.generation
+        and 0 <= now - carried.read_at < GPU_READ_EVERY_S
+    ):
         return carried.gpus
     by_node: dict[int, list[GpuRow]] = {}
     for row in Gpu.objects.order_by("node_id", "index").values_list(*_GPU_COLUMNS):
         by_node.setdefault(row[0], []).append(row)
     carried.gpus = {node_id: tuple(rows) for node_id, rows in by_node.items()}
-    carried.fingerprint = fingerprint
+    carried.generation, carried.read_at = generation, now
     return carried.gpus
 
 

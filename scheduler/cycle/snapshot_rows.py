@@ -56,9 +56,14 @@ class KeptRows:
     # it read in full.
     last: str = ""
     fetched: int = 0
+    # The active and pending rows in id order as last returned, until a row is kept or
+    # dropped: a read that finds nothing changed returns these very lists, which tells the
+    # snapshot's later steps that what they built from them holds.
+    lists: tuple[list[tuple[Any, ...]], list[tuple[Any, ...]]] | None = None
 
     def clear(self) -> None:
         self.active, self.pending, self.versions, self.read_at = {}, {}, {}, None
+        self.lists = None
 
 
 KEPT = KeptRows()
@@ -121,7 +126,7 @@ def read_job_rows(
     fresh = kept.read_at is not None and 0 <= now - kept.read_at < FULL_READ_EVERY_S
     ids: list[int] | None = None
     if fresh:
-        scan = list(Job.objects.filter(state__in=QUEUED_STATES).values_list("id", _version()))
+        scan = _scan()
         versions = kept.versions
         ids = [job_id for job_id, version in scan if versions.get(job_id) != version]
         if len(ids) > FULL_READ_SHARE * max(len(scan), 1):
@@ -144,17 +149,29 @@ def read_job_rows(
             kept.pending[row[0]], kept.versions[row[0]] = row[:-1], row[-1]
     kept.last = "full" if ids is None else "changes"
     kept.fetched = len(kept.versions) if ids is None else len(ids)
-    return JobRows(
-        [kept.active[i] for i in sorted(kept.active)],
-        [kept.pending[i] for i in sorted(kept.pending)],
-        None if ids is None else set(ids),
-    )
+    if kept.lists is None:
+        kept.lists = (
+            [kept.active[i] for i in sorted(kept.active)],
+            [kept.pending[i] for i in sorted(kept.pending)],
+        )
+    return JobRows(kept.lists[0], kept.lists[1], None if ids is None else set(ids))
+
+
+def _scan() -> list[tuple[int, str]]:
+    """(id, version) of every pending, assigned and running job, through the cursor: the
+    ORM's per-row work over every queued job cost as much as the query."""
+    queryset = Job.objects.filter(state__in=QUEUED_STATES).order_by().values_list("id", _version())
+    sql, params = queryset.query.sql_with_params()
+    with connection.cursor() as cursor:
+        cursor.execute(sql, params)
+        return cursor.fetchall()
 
 
 def _forget(kept: KeptRows, job_id: int) -> None:
     kept.active.pop(job_id, None)
     kept.pending.pop(job_id, None)
     kept.versions.pop(job_id, None)
+    kept.lists = None
 
 
 # Columns of a pending row (`snapshot._pending_fields()`) that are its wait as stored.
@@ -191,6 +208,7 @@ def waits_written(
             continue
         row = (*old[:WAIT_REASON], reason, position, eta, *old[WAIT_ETA + 1 :])
         kept.pending[job_id], kept.versions[job_id] = row, version
+        kept.lists = None
         hit = carried.get(job_id)
         if hit is not None and hit[2] is old:
             carried[job_id] = (hit[0], hit[1], row)

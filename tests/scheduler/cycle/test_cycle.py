@@ -243,6 +243,32 @@ def test_team_usage_decays_with_the_half_life(
     assert TeamUsage.objects.get(team=team).decayed_gpu_seconds == pytest.approx(first / 2)
 
 
+def test_team_usage_adds_what_running_jobs_ran_since_the_stored_figure(
+    owner: Any, team: Any, sent: list[Any]
+) -> None:
+    from scheduler.core.usage import decay_usage
+    from scheduler.cycle.config import settings_update
+    from scheduler.models import TeamUsage
+
+    settings_update(user=None, params={"fairshare_half_life": 3600})
+    a = make_node("sim-a", 4)
+    now = timezone.now()
+    whole = make_running(owner, team, a, [0, 1])
+    Job.objects.filter(pk=whole.pk).update(started_at=now - timedelta(hours=1))
+    run_cycle(now=now)
+    first = TeamUsage.objects.get(team=team)
+    # A job that started after the stored figure counts from its start, one before it from
+    # the figure's time.
+    late = make_running(owner, team, a, [2])
+    Job.objects.filter(pk=late.pk).update(started_at=now + timedelta(minutes=30))
+    run_cycle(now=now + timedelta(hours=1))
+    second = TeamUsage.objects.get(team=team)
+    used = 2 * 3600.0 + 1 * 1800.0
+    expected = decay_usage(first.decayed_gpu_seconds, used, 3600.0, 3600.0)
+    assert second.decayed_gpu_seconds == pytest.approx(expected, rel=1e-9)
+    assert second.as_of == now + timedelta(hours=1)
+
+
 def test_only_the_latest_cycle_records_are_kept(
     owner: Any, team: Any, sent: list[Any], monkeypatch: Any
 ) -> None:

@@ -16,11 +16,12 @@ from fleet.models import Gpu, Job, JobState, Node
 from fleet.services.job_states import SCHEDULER, job_transition
 from fleet.services.jobs import job_cancel
 from fleet.services.nodes import node_drain
-from scheduler.cycle import snapshot_rows
+from scheduler.cycle import snapshot_nodes, snapshot_rows
 from scheduler.cycle.apply import clear_stale
 from scheduler.cycle.queue_order import queue_waits
 from scheduler.cycle.runner import run_cycle
 from scheduler.cycle.snapshot import build_snapshot
+from scheduler.cycle.snapshot_jobs import CARRIED
 from scheduler.cycle.snapshot_rows import KEPT
 from tests.factories import GpuFactory
 from tests.scheduler.cycle.conftest import make_job, make_node, make_running
@@ -34,6 +35,7 @@ pytestmark = [
 @pytest.fixture(autouse=True)
 def fresh_process(sent: Any, monkeypatch: Any) -> Iterator[None]:
     KEPT.clear()  # as a process that starts: nothing kept from another test's database
+    snapshot_nodes.CARRIED_NODES.__init__()  # type: ignore[misc]
     # A few jobs here, so most of them change: read them by ids all the same.
     monkeypatch.setattr(snapshot_rows, "FULL_READ_SHARE", 1.0)
     yield
@@ -203,3 +205,67 @@ def test_a_gpu_added_or_changed_and_a_job_ending_show_on_the_node(owner: Any, te
     assert [(g.index, g.memory_mb) for g in second.gpus] == [(0, 81920), (1, 40960), (2, 81920)]
     job_transition(job_id=running.pk, action="succeed", actor=SCHEDULER, reason="x", attempt=1)
     assert all(g.is_whole_free for g in _snapshot().nodes[0].gpus)
+
+
+def test_the_gpu_inventory_is_read_again_only_when_its_generation_moves(
+    owner: Any, team: Any
+) -> None:
+    node = make_node("sim-a", 2)
+    first = _snapshot().nodes[0]
+    kept = snapshot_nodes.CARRIED_NODES.gpus
+    assert _snapshot().nodes[0] is first and snapshot_nodes.CARRIED_NODES.gpus is kept
+    # A write by hand, outside every service: the trigger still moves the generation.
+    before = snapshot_nodes.gpu_generation()
+    with connection.cursor() as cursor:
+        cursor.execute("UPDATE fleet_gpu SET model = 'H100-80GB' WHERE node_id = %s", [node.pk])
+    assert snapshot_nodes.gpu_generation() not in (None, before)
+    assert {g.model for g in _snapshot().nodes[0].gpus} == {"H100-80GB"}
+    # A write rolled back leaves a generation never given before: read again, same rows.
+    generation = snapshot_nodes.gpu_generation()
+    with pytest.raises(RuntimeError), transaction.atomic():
+        Gpu.objects.filter(node=node).update(memory_mb=1024)
+        assert snapshot_nodes.gpu_generation() != generation
+        _snapshot()  # read inside the transaction: the process keeps what it saw there
+        raise RuntimeError
+    assert snapshot_nodes.gpu_generation() == generation
+    assert {g.memory_mb for g in _snapshot().nodes[0].gpus} == {81920}
+
+
+def test_the_gpu_inventory_is_read_again_after_a_while_whatever_its_generation(
+    owner: Any, team: Any, monkeypatch: Any
+) -> None:
+    make_node("sim-a", 2)
+    _snapshot()
+    with connection.cursor() as cursor:
+        cursor.execute("ALTER TABLE fleet_gpu DISABLE TRIGGER USER")
+        try:
+            cursor.execute("UPDATE fleet_gpu SET memory_mb = 40960")
+        finally:
+            cursor.execute("ALTER TABLE fleet_gpu ENABLE TRIGGER USER")
+    # No trigger fired: within the bound the kept rows stand, after it they are read again.
+    assert {g.memory_mb for g in _snapshot().nodes[0].gpus} == {81920}
+    later = snapshot_nodes.monotonic() + snapshot_nodes.GPU_READ_EVERY_S + 1
+    monkeypatch.setattr(snapshot_nodes, "monotonic", lambda: later)
+    assert {g.memory_mb for g in _snapshot().nodes[0].gpus} == {40960}
+
+
+def test_with_nothing_changed_the_job_lists_are_kept_whole_until_an_owner_is_renamed(
+    owner: Any, team: Any
+) -> None:
+    node = make_node("sim-a", 4)
+    running = make_running(owner, team, node, [0])
+    waiting = [make_job(owner, team) for _ in range(3)]
+    first = build_snapshot(save_usage=False)
+    second = build_snapshot(save_usage=False)
+    assert CARRIED.whole and KEPT.last == "changes" and KEPT.fetched == 0
+    assert [id(j) for j in second.core.pending] == [id(j) for j in first.core.pending]
+    assert second.core.running[0] is first.core.running[0]
+    assert second.waits == first.waits and second.waits is not first.waits
+    assert second.attempts == {running.pk: 1, **{j.pk: 0 for j in waiting}}
+    # The rows read the same, but the name the jobs carry does not.
+    type(owner).objects.filter(pk=owner.pk).update(username="renamed")
+    third = build_snapshot(save_usage=False)
+    assert not CARRIED.whole
+    assert {j.user for j in third.core.pending} == {"renamed"}
+    assert third.core.running[0].user == "renamed"
+    assert build_snapshot(save_usage=False).core.pending[0] is third.core.pending[0]
