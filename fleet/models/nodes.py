@@ -95,6 +95,11 @@ class GpuRelease(models.Model):
     memory_mb = models.PositiveIntegerField(default=0)
     created_at = models.DateTimeField(auto_now_add=True)
     expires_at = models.DateTimeField()
+    # The waiting job a preemption stopped this attempt for: until the hold ends, the
+    # scheduler lets that job wait for these GPUs instead of preempting again for it.
+    for_job = models.ForeignKey(
+        "fleet.Job", null=True, blank=True, on_delete=models.SET_NULL, related_name="+"
+    )
 
     class Meta:
         constraints = [

@@ -277,6 +277,14 @@ class Snapshot:
     gpu_speeds: Mapping[str, Mapping[str, float]] = field(
         default_factory=lambda: MappingProxyType({})
     )
+    # Pending job id -> the nodes where jobs preempted for it still hold GPUs (stopping
+    # within their grace period). Such a job waits for them instead of preempting again:
+    # production frees a victim's GPUs only once its process has ended, and every cycle in
+    # between would otherwise preempt another set of victims for the same job. Empty where
+    # preemption frees GPUs at once (the simulator).
+    releasing_for: Mapping[int, tuple[str, ...]] = field(
+        default_factory=lambda: MappingProxyType({})
+    )
     # The queue's changes since the driver's previous snapshot, where it knows them.
     pending_changes: PendingChanges | None = field(default=None, compare=False, repr=False)
     # The running jobs' changes since the driver's previous snapshot, where it knows them.
@@ -304,6 +312,10 @@ class Preempt:
     reason: str
     # Requeue (pending, attempt + 1) when allowed; otherwise the job ends.
     requeue: bool = True
+    # The waiting job the victim makes room for (its reason names it too), so the driver
+    # can tell later snapshots which job the GPUs being released are for
+    # (`Snapshot.releasing_for`).
+    for_job: int | None = field(default=None, repr=False)
 
 
 @dataclass(frozen=True, slots=True)

@@ -208,6 +208,12 @@ def _preempt(snap: DbSnapshot, preempt: Preempt) -> tuple[str, str | None]:
         return action, f"the job changed since the snapshot ({exc.message})"
     # The agent stops the attempt with its grace period (SIGTERM, then SIGKILL).
     stop_previous_attempt(job, reason=reason)
+    if preempt.for_job is not None:
+        # Until the attempt has ended, later cycles let that job wait for these GPUs
+        # (Snapshot.releasing_for) rather than preempt again for it.
+        GpuRelease.objects.filter(job_id=preempt.job_id, attempt=attempt).update(
+            for_job_id=preempt.for_job
+        )
     return action, None
 
 

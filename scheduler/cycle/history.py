@@ -14,6 +14,7 @@ from fleet.models import Job, JobState
 from scheduler.core.prediction import RuntimePredictor
 from scheduler.core.service_distribution import summarize
 from scheduler.cycle.snapshot_jobs import epoch, seconds_or
+from scheduler.cycle.snapshot_rows import version_column, writing_transaction
 from scheduler.cycle.usage import gpu_equivalent
 from scheduler.policies.gavel import SpeedLearner, speed_key
 
@@ -54,11 +55,17 @@ _HISTORY_COLUMNS = (
 
 def _history_fingerprint(recent: Any) -> str | None:
     """An md5 of the rows `recent` reads, computed by PostgreSQL (one short row back instead
-    of thousands); None elsewhere."""
+    of thousands); None elsewhere. Of each row's id and version (`xmin`: any write gives a
+    row a new one, see scheduler.cycle.snapshot_rows), or inside a transaction that has
+    written, where versions cannot tell its own writes apart, of the columns learned from."""
     if connection.vendor != "postgresql":
         return None
-    sql, params = recent.values_list("id", *_HISTORY_COLUMNS).query.sql_with_params()
-    names = [f"c{i}" for i in range(len(_HISTORY_COLUMNS) + 1)]  # the id, then the columns
+    if writing_transaction():
+        kind, columns = "c", list[Any](_HISTORY_COLUMNS)
+    else:
+        kind, columns = "v", [version_column()]
+    sql, params = recent.values_list("id", *columns).query.sql_with_params()
+    names = [f"c{i}" for i in range(len(columns) + 1)]  # the id, then the columns
     fields = ", ".join(f"coalesce({n}::text, '-')" for n in names)  # a NULL stays in place
     with connection.cursor() as cursor:
         cursor.execute(
@@ -69,7 +76,7 @@ def _history_fingerprint(recent: Any) -> str | None:
         found = cursor.fetchone()
     if found is None:
         return None
-    return "" if found[0] is None else str(found[0])  # "": no finished job yet
+    return f"{kind}:" if found[0] is None else f"{kind}:{found[0]}"  # empty: none finished yet
 
 
 def learn_history(limit: int) -> History:

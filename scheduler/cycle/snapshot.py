@@ -115,14 +115,20 @@ def attempt_history(job_ids: set[int]) -> dict[int, Attempts]:
     return out
 
 
-def _releasing(now: datetime) -> list[Allocation]:
-    """What stopping attempts still hold (fleet.models.GpuRelease), one row per member."""
-    return list(
-        GpuRelease.objects.filter(expires_at__gt=now).values_list(
-            "node_id", "gpu_indices", "gpus", "gpu_memory_mb", "gpu_compute_percent", "cpus",
-            "memory_mb",
-        )
+def _releasing(now: datetime) -> tuple[list[Allocation], dict[int, list[int]]]:
+    """What stopping attempts still hold (fleet.models.GpuRelease), one row per member, and
+    the nodes of the holds made by preemptions, by the waiting job each was made for."""
+    rows = GpuRelease.objects.filter(expires_at__gt=now).values_list(
+        "node_id", "gpu_indices", "gpus", "gpu_memory_mb", "gpu_compute_percent", "cpus",
+        "memory_mb", "for_job_id",
     )  # fmt: skip
+    holds: list[Allocation] = []
+    for_job: dict[int, list[int]] = {}
+    for *hold, beneficiary in rows:
+        holds.append(tuple(hold))  # type: ignore[arg-type]
+        if beneficiary is not None:
+            for_job.setdefault(beneficiary, []).append(hold[0])
+    return holds, for_job
 
 
 def gang_members(active: dict[int, int]) -> dict[int, list[tuple[int, int, list[Any]]]]:
@@ -230,7 +236,8 @@ def build_snapshot(*, now: datetime | None = None, save_usage: bool = True) -> D
     active, pending = rows.active, rows.pending
     derived = rows_derived(active, pending)
     members = gang_members(derived.gangs)
-    nodes, node_ids, node_names = build_nodes(derived.allocations(members) + _releasing(now))
+    holds, releasing_for = _releasing(now)
+    nodes, node_ids, node_names = build_nodes(derived.allocations(members) + holds)
 
     snap = DbSnapshot(
         core=Snapshot(now=t_now, nodes=nodes),
@@ -287,6 +294,13 @@ def build_snapshot(*, now: datetime | None = None, save_usage: bool = True) -> D
         pending=tuple(queued),
         teams=MappingProxyType(team_states),
         settings=MappingProxyType(params),
+        releasing_for=MappingProxyType(
+            {
+                job_id: tuple(sorted({node_names[n] for n in on if n in node_names}))
+                for job_id, on in releasing_for.items()
+                if any(n in node_names for n in on)
+            }
+        ),
         service_distribution=history.service,
         limit_ratio_distribution=history.limit_ratio,
         gpu_speeds=learn_speeds(

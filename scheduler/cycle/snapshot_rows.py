@@ -79,11 +79,12 @@ class JobRows:
     changed: set[int] | None
 
 
-def _version() -> RawSQL:
+def version_column() -> RawSQL:
+    """The row's version (`xmin`) as text, for a values list."""
     return RawSQL(f'"{Job._meta.db_table}"."xmin"::text', ())
 
 
-def _writing_transaction() -> bool:
+def writing_transaction() -> bool:
     """Whether this connection is inside a transaction that has written something."""
     if not connection.in_atomic_block:
         return False
@@ -98,7 +99,7 @@ def _fetch(fields: Sequence[Any], states: Any, ids: list[int] | None) -> list[tu
     if ids is not None:
         queryset = queryset.filter(id__in=ids)
     if connection.vendor == "postgresql":
-        return list(queryset.values_list(*fields, _version()))
+        return list(queryset.values_list(*fields, version_column()))
     return list(queryset.values_list(*fields))
 
 
@@ -112,7 +113,7 @@ def read_job_rows(
     """The rows of assigned/running jobs (`active_fields`) and pending ones
     (`pending_fields`), each list in id order; the first field must be the id."""
     now = monotonic() if now is None else now
-    if connection.vendor != "postgresql" or _writing_transaction():
+    if connection.vendor != "postgresql" or writing_transaction():
         kept.clear()
         kept.last, kept.fetched = "full", -1
         active = sorted(_fetch(active_fields, ACTIVE_STATES, None))
@@ -160,7 +161,9 @@ def read_job_rows(
 def _scan() -> list[tuple[int, str]]:
     """(id, version) of every pending, assigned and running job, through the cursor: the
     ORM's per-row work over every queued job cost as much as the query."""
-    queryset = Job.objects.filter(state__in=QUEUED_STATES).order_by().values_list("id", _version())
+    queryset = (
+        Job.objects.filter(state__in=QUEUED_STATES).order_by().values_list("id", version_column())
+    )
     sql, params = queryset.query.sql_with_params()
     with connection.cursor() as cursor:
         cursor.execute(sql, params)

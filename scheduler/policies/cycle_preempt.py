@@ -104,6 +104,13 @@ class CyclePreemption:
         burst of small jobs cannot evict the whole fleet at once; a request shape that
         found no victims is not searched again in the same cycle.
         """
+        releasing = self.snapshot.releasing_for.get(job.id)
+        if releasing is not None:
+            # Jobs preempted for it in an earlier cycle are still stopping: it waits for
+            # their GPUs rather than preempting another set.
+            self.quota.take(job)
+            self._waits[job.id] = (job, "releasing", releasing)
+            return True
         if len(self.preempts) >= self._max_preempts:
             return False
         within = self._reclaim_on and self.quota.within_guarantee(job)
@@ -158,7 +165,9 @@ class CyclePreemption:
         for victim in victims.jobs:
             self._preempted.add(victim.id)
             reason = f"preempted for job {job.id}: {reasons[victim.id]}"
-            self.preempts.append(Preempt(victim.id, reason, requeue=victim.requeueable))
+            self.preempts.append(
+                Preempt(victim.id, reason, requeue=victim.requeueable, for_job=job.id)
+            )
         for member in victims.allocations:
             for index in member.gpu_indices:
                 self.cap.hold(member.node, index)

@@ -157,6 +157,11 @@ class CycleWaits:
             noun = "job" if count == 1 else "jobs"
             nodes = ", ".join(m.node for m in detail.allocations)
             return Wait(job.id, f"waiting for {count} preempted {noun} to release GPUs on {nodes}")
+        if kind == "releasing":
+            return Wait(
+                job.id,
+                f"waiting for jobs preempted for it to release GPUs on {', '.join(detail)}",
+            )
         return Wait(job.id, self._for_room(job, cache))
 
     def _for_room(self, job: PendingJob, cache: dict) -> str:

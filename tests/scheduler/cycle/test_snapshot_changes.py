@@ -7,10 +7,12 @@ transaction's version, and the snapshot reads everything in full there."""
 from __future__ import annotations
 
 from collections.abc import Iterator
+from datetime import timedelta
 from typing import Any
 
 import pytest
 from django.db import connection, transaction
+from django.utils import timezone
 
 from fleet.models import Gpu, Job, JobState, Node
 from fleet.services.job_states import SCHEDULER, job_transition
@@ -18,6 +20,7 @@ from fleet.services.jobs import job_cancel
 from fleet.services.nodes import node_drain
 from scheduler.cycle import snapshot_nodes, snapshot_rows
 from scheduler.cycle.apply import clear_stale
+from scheduler.cycle.history import learn_history
 from scheduler.cycle.queue_order import queue_waits
 from scheduler.cycle.runner import run_cycle
 from scheduler.cycle.snapshot import build_snapshot
@@ -269,3 +272,27 @@ def test_with_nothing_changed_the_job_lists_are_kept_whole_until_an_owner_is_ren
     assert {j.user for j in third.core.pending} == {"renamed"}
     assert third.core.running[0].user == "renamed"
     assert build_snapshot(save_usage=False).core.pending[0] is third.core.pending[0]
+
+
+def test_outside_a_transaction_the_history_is_kept_while_its_rows_versions_are(
+    owner: Any, team: Any
+) -> None:
+    now = timezone.now()
+    done = [
+        make_job(
+            owner, team, name="train", state="succeeded", time_limit=3600,
+            started_at=now - timedelta(seconds=600), finished_at=now,
+        )
+        for _ in range(3)
+    ]  # fmt: skip
+    first = learn_history(100)
+    assert learn_history(100) is first
+    with connection.cursor() as cursor:  # by hand: no service, no timestamp bumped
+        cursor.execute(
+            "UPDATE fleet_job SET started_at = %s WHERE id = %s",
+            [now - timedelta(seconds=3000), done[0].pk],
+        )
+    second = learn_history(100)
+    assert second is not first and learn_history(100) is second
+    before, after = first.predict(owner.pk, "train", 3600), second.predict(owner.pk, "train", 3600)
+    assert before is not None and after is not None and after > before

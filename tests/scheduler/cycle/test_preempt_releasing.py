@@ -1,0 +1,51 @@
+"""Cycles while a preemption's victims stop: the GPUs stay held for their grace period, and
+the job they were preempted for waits for them instead of preempting again."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from fleet.models import GpuRelease, Job, JobState
+from fleet.selectors.jobs import job_state_reason
+from fleet.services.job_reports import job_report_apply
+from scheduler.cycle.runner import run_cycle
+from tests.scheduler.cycle.conftest import make_job, make_node, make_running
+
+pytestmark = pytest.mark.django_db
+
+
+def test_the_job_a_preemption_was_for_waits_for_its_victims_to_stop(
+    owner: Any, team: Any, outsider: Any, other_team: Any, sent: list[Any]
+) -> None:
+    team.guaranteed_gpus = 2
+    team.save()
+    a, b = make_node("sim-a", 2), make_node("sim-b", 2)
+    borrowed = {
+        node.name: make_running(outsider, other_team, node, [0, 1], preemptible=True)
+        for node in (a, b)
+    }
+    claimant = make_job(owner, team, gpus=2)
+    first = run_cycle()
+    assert first is not None and (first.preempted, first.placed) == (1, 0)
+    victim = Job.objects.get(pk__in=[j.pk for j in borrowed.values()], state=JobState.PENDING)
+    assert set(GpuRelease.objects.values_list("job_id", "for_job_id")) == {(victim.pk, claimant.pk)}
+    # The victim is in its grace period: more cycles preempt nobody else for the claimant.
+    for _ in range(2):
+        record = run_cycle()
+        assert record is not None and (record.preempted, record.placed) == (0, 0)
+    other = next(j for j in borrowed.values() if j.pk != victim.pk)
+    assert Job.objects.get(pk=other.pk).state == JobState.RUNNING
+    stopping_on = next(name for name, j in borrowed.items() if j.pk == victim.pk)
+    assert job_state_reason(job=Job.objects.get(pk=claimant.pk), fetched_by=owner) == (
+        f"waiting for jobs preempted for it to release GPUs on {stopping_on}"
+    )
+    # Its agent reports the end: the hold goes, and the claimant gets those GPUs.
+    node = a if stopping_on == a.name else b
+    job_report_apply(node=node, job_id=victim.pk, attempt=1, state="preempted", exit_code=-15)
+    assert not GpuRelease.objects.exists()
+    record = run_cycle()
+    assert record is not None and (record.preempted, record.placed) == (0, 1)
+    claimant.refresh_from_db()
+    assert claimant.state == JobState.ASSIGNED and claimant.node_id == node.pk
