@@ -24,7 +24,6 @@ from django.utils import timezone
 
 from fleet.errors import Conflict, NotFound
 from fleet.models import GpuRelease, Job, JobState, Node
-from fleet.models.jobs import ACTIVE_STATES
 from fleet.models.nodes import NodeState as NodeStatus
 from fleet.services import messaging
 from fleet.services.dispatch import send_starts_on_commit
@@ -40,7 +39,7 @@ from scheduler.core.model import (
     Plan,
     Preempt,
 )
-from scheduler.cycle.snapshot import DbSnapshot, gang_members
+from scheduler.cycle.snapshot import DbSnapshot, active_allocations
 from scheduler.cycle.snapshot_rows import wait_versions, waits_written
 
 log = logging.getLogger(__name__)
@@ -69,18 +68,7 @@ class _Occupancy:
             "node_id", "gpu_indices", "gpus", "gpu_memory_mb", "gpu_compute_percent", "cpus",
             "memory_mb",
         )  # fmt: skip
-        active = list(
-            Job.objects.filter(state__in=ACTIVE_STATES).values_list(
-                "id", "attempt", "gpus_per_node", *fields
-            )
-        )
-        rows = [row[3:] for row in active]
-        gangs = {r[0]: r[1] for r in active if r[2] and r[5] > r[2]}
-        by_job = {r[0]: r for r in active}
-        for job_id, members in gang_members(gangs).items():
-            job = by_job[job_id]
-            for _, node_id, indices in members:
-                rows.append((node_id, indices, *job[5:]))
+        rows = list(active_allocations())
         # GPUs that stopping attempts still hold count as taken (fleet.services.releases).
         rows += GpuRelease.objects.filter(expires_at__gt=timezone.now()).values_list(*fields)
         for node_id, indices, gpus, mem, comp, cpus, memory_mb in rows:

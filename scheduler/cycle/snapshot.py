@@ -37,7 +37,7 @@ from scheduler.cycle.snapshot_jobs import (
     seconds_or,
 )
 from scheduler.cycle.snapshot_nodes import Allocation, build_nodes
-from scheduler.cycle.snapshot_rows import read_job_rows
+from scheduler.cycle.snapshot_rows import KeptRows, read_job_rows
 from scheduler.cycle.usage import team_usage
 
 # (state_reason, queue_position, eta in whole seconds since the epoch)
@@ -148,6 +148,33 @@ def gang_members(active: dict[int, int]) -> dict[int, list[tuple[int, int, list[
     return members
 
 
+# The job rows the check before applying a plan keeps: apart from the snapshot's, whose
+# versions fence the waits the cycle writes on the rows as the snapshot read them.
+APPLY_KEPT = KeptRows()
+
+
+def active_allocations(*, kept: KeptRows = APPLY_KEPT) -> list[Allocation]:
+    """What every member of the assigned and running jobs takes now, per the database: kept
+    job rows brought up to date (`read_job_rows`: a scan of versions, then only the rows
+    that changed), so the check before applying a plan costs that rather than a read of
+    every active row."""
+    active = read_job_rows(_active_fields(), ("id",), kept=kept).active
+    members = gang_members({r[0]: r[17] for r in active if r[19] and r[5] > r[19]})
+    return allocations_of(active, members)
+
+
+def allocations_of(
+    active: list[tuple[Any, ...]], members: dict[int, list[tuple[int, int, list[Any]]]]
+) -> list[Allocation]:
+    """What each member of these active jobs (rows of `_active_fields()`) takes on its node."""
+    allocations: list[Allocation] = []
+    for r in active:
+        allocations.append((r[3], r[4], r[5], r[6], r[7], r[20], r[21]))
+        for _, node_id, indices in members.get(r[0], ()):
+            allocations.append((node_id, indices, r[5], r[6], r[7], r[20], r[21]))
+    return allocations
+
+
 def _active_fields() -> tuple[Any, ...]:
     return (
         "id", "team_id", "owner_id", "node_id", "gpu_indices", "gpus", "gpu_memory_mb",
@@ -190,11 +217,7 @@ class RowsDerived:
         """What each member of an active job takes on its node."""
         if self._allocations is not None and self._allocations[0] == members:
             return self._allocations[1]
-        allocations: list[Allocation] = []
-        for r in self.active:
-            allocations.append((r[3], r[4], r[5], r[6], r[7], r[20], r[21]))
-            for _, node_id, indices in members.get(r[0], ()):
-                allocations.append((node_id, indices, r[5], r[6], r[7], r[20], r[21]))
+        allocations = allocations_of(self.active, members)
         self._allocations = (members, allocations)
         return allocations
 

@@ -19,11 +19,11 @@ from fleet.services.job_states import SCHEDULER, job_transition
 from fleet.services.jobs import job_cancel
 from fleet.services.nodes import node_drain
 from scheduler.cycle import snapshot_nodes, snapshot_rows
-from scheduler.cycle.apply import clear_stale
+from scheduler.cycle.apply import apply_plan, clear_stale
 from scheduler.cycle.history import learn_history
 from scheduler.cycle.queue_order import queue_waits
-from scheduler.cycle.runner import run_cycle
-from scheduler.cycle.snapshot import build_snapshot
+from scheduler.cycle.runner import plan_for, run_cycle
+from scheduler.cycle.snapshot import APPLY_KEPT, active_allocations, build_snapshot
 from scheduler.cycle.snapshot_jobs import CARRIED
 from scheduler.cycle.snapshot_rows import KEPT
 from tests.factories import GpuFactory
@@ -38,6 +38,7 @@ pytestmark = [
 @pytest.fixture(autouse=True)
 def fresh_process(sent: Any, monkeypatch: Any) -> Iterator[None]:
     KEPT.clear()  # as a process that starts: nothing kept from another test's database
+    APPLY_KEPT.clear()
     snapshot_nodes.CARRIED_NODES.__init__()  # type: ignore[misc]
     # A few jobs here, so most of them change: read them by ids all the same.
     monkeypatch.setattr(snapshot_rows, "FULL_READ_SHARE", 1.0)
@@ -296,3 +297,22 @@ def test_outside_a_transaction_the_history_is_kept_while_its_rows_versions_are(
     assert second is not first and learn_history(100) is second
     before, after = first.predict(owner.pk, "train", 3600), second.predict(owner.pk, "train", 3600)
     assert before is not None and after is not None and after > before
+
+
+def test_the_check_before_applying_sees_a_gpu_taken_by_a_row_changed_meanwhile(
+    owner: Any, team: Any, teammate: Any
+) -> None:
+    a = make_node("sim-a", 2)
+    other = make_running(teammate, team, a, [0])
+    assert [x[1] for x in active_allocations()] == [[0]]  # as an earlier cycle's check
+    waiting = make_job(owner, team)
+    snap = build_snapshot()
+    _, plan, _ = plan_for(snap)
+    assert [(p.job_id, p.gpu_indices) for p in plan.places] == [(waiting.pk, (1,))]
+    # Meanwhile the running job's row says it holds GPU 1 as well (a write by hand).
+    with connection.cursor() as cursor:
+        cursor.execute(
+            "UPDATE fleet_job SET gpu_indices = '[0, 1]', gpus = 2 WHERE id = %s", [other.pk]
+        )
+    outcome = apply_plan(snap, plan)
+    assert outcome.placed == [] and "GPU 1 is now taken on sim-a" in outcome.skipped[waiting.pk]
