@@ -11,6 +11,7 @@ GPU_READ_EVERY_S seconds whatever it says; other databases read it every time.
 
 from __future__ import annotations
 
+import operator
 from time import monotonic
 from types import MappingProxyType
 from typing import Any
@@ -43,6 +44,7 @@ class CarriedNodes:
         self.read_at = 0.0
         self.gpus: dict[int, tuple[GpuRow, ...]] = {}
         self.nodes: dict[int, tuple[tuple[Any, ...], NodeState]] = {}
+        self.last: tuple[NodeState, ...] = ()  # the nodes as the last build returned them
         self.reused = 0  # nodes kept by the last build (for tests and benches)
 
 
@@ -107,6 +109,12 @@ def build_nodes(
     carried.nodes, carried.reused = kept, reused
     names = {row[0]: row[1] for row in rows}
     nodes = tuple(kept[node_id][1] for node_id in sorted(names, key=lambda i: names[i]))
+    last_nodes = carried.last
+    if len(last_nodes) == len(nodes) and all(map(operator.is_, last_nodes, nodes)):
+        # Every node the same object: the very tuple of the last build, which what is kept
+        # by the tuple (the admission profile of the fleet) recognizes.
+        nodes = last_nodes
+    carried.last = nodes
     return nodes, {name: node_id for node_id, name in names.items()}, names
 
 

@@ -264,6 +264,7 @@ def test_with_nothing_changed_the_job_lists_are_kept_whole_until_an_owner_is_ren
     assert CARRIED.whole and KEPT.last == "changes" and KEPT.fetched == 0
     assert [id(j) for j in second.core.pending] == [id(j) for j in first.core.pending]
     assert second.core.running[0] is first.core.running[0]
+    assert second.core.nodes is first.core.nodes  # every node the same: the same tuple
     assert second.waits == first.waits and second.waits is not first.waits
     assert second.attempts == {running.pk: 1, **{j.pk: 0 for j in waiting}}
     # The rows read the same, but the name the jobs carry does not.
