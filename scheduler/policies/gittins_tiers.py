@@ -11,6 +11,7 @@ from scheduler.core.model import PendingJob, Snapshot
 from scheduler.core.preemption_cost import QOS_RANKS_DEFAULT
 from scheduler.policies.gittins import GittinsPolicy, Tiers, queue_order
 from scheduler.policies.gittins_rows import PointsRule, QuotaInputs
+from scheduler.policies.gittins_running import RunningTiers
 from scheduler.policies.priority import setting
 
 _EPS = 1e-9
@@ -36,6 +37,17 @@ def points_rule(snapshot: Snapshot) -> PointsRule:
         return w_qos * ranks.get(qos, default) / top
 
     return PointsRule(qos_part, w_job, (tuple(ranks.items()), w_qos, w_job))
+
+
+def _rule_key(snapshot: Snapshot) -> str | None:
+    """What `priority_points` depends on, as a string that tells apart any two rules that
+    may give different points (repr tells 0 from 0.0 and -0.0); None with a NaN among them,
+    whose bits repr does not tell."""
+    ranks, top, w_qos, w_job, default = _points_weights(snapshot)
+    numbers = (top, w_qos, w_job, default, *ranks.values())
+    if any(isinstance(x, float) and x != x for x in numbers):
+        return None
+    return repr((tuple(ranks.items()), w_qos, w_job))
 
 
 def priority_points(snapshot: Snapshot) -> Callable[[Any], float]:
@@ -99,11 +111,22 @@ class GittinsTiersPolicy(GittinsPolicy):
 
     name = "gittins-tiers"
 
+    def __init__(self, *args: Any, **params: Any) -> None:
+        super().__init__(*args, **params)
+        self._running = RunningTiers()
+
     def _running_tiers(
         self, snapshot: Snapshot, points: Callable[[Any], float]
     ) -> tuple[dict[int, Any], dict[str, float]]:
         """The running jobs' tiers (their quota tiers counting each team's running jobs by
-        start time), and the GPUs each team runs."""
+        start time), and the GPUs each team runs: kept across cycles by job object
+        (scheduler.policies.gittins_running) unless settings "fast_paths" is off."""
+        if snapshot.settings.get("fast_paths", True):
+            guarantees = {t: team.guaranteed_gpus for t, team in snapshot.teams.items()}
+            rule = _rule_key(snapshot)
+            kept = self._running.tiers(snapshot.running, points, rule, guarantees)
+            if kept is not None:
+                return kept
         running_points = {r.id: points(r) for r in snapshot.running}
         running_quota = _quota_tiers(
             snapshot, sorted(snapshot.running, key=lambda r: (r.started_at, r.id)), {}
