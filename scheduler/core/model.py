@@ -285,6 +285,11 @@ class Snapshot:
     releasing_for: Mapping[int, tuple[str, ...]] = field(
         default_factory=lambda: MappingProxyType({})
     )
+    # How many jobs preempted in earlier cycles are still stopping: they count against
+    # settings "max_preemptions_per_cycle", which so bounds the preemptions in flight. A
+    # production cycle runs every few seconds and on every event, several within one grace
+    # period; the simulator frees GPUs at once and leaves it 0.
+    preemptions_stopping: int = 0
     # The queue's changes since the driver's previous snapshot, where it knows them.
     pending_changes: PendingChanges | None = field(default=None, compare=False, repr=False)
     # The running jobs' changes since the driver's previous snapshot, where it knows them.

@@ -75,7 +75,13 @@ COMMON: dict[str, Param] = {
         help='QoS name -> rank, e.g. {"low": 0, "high": 2}.',
         maximum=MAX_RANK,
     ),
-    "max_preemptions_per_cycle": Param("int", 32, 0, maximum=10_000),
+    "max_preemptions_per_cycle": Param(
+        "int",
+        32,
+        0,
+        help="Most jobs preempted in one cycle; those still stopping count against it.",
+        maximum=10_000,
+    ),
     "backfill_use_predictions": Param("bool", False, help="Reservations use predicted ends."),
     "backfill_order": Param("str", "priority", choices=("priority", "submit")),
     "las_queue_thresholds": Param(

@@ -115,20 +115,23 @@ def attempt_history(job_ids: set[int]) -> dict[int, Attempts]:
     return out
 
 
-def _releasing(now: datetime) -> tuple[list[Allocation], dict[int, list[int]]]:
-    """What stopping attempts still hold (fleet.models.GpuRelease), one row per member, and
-    the nodes of the holds made by preemptions, by the waiting job each was made for."""
+def _releasing(now: datetime) -> tuple[list[Allocation], dict[int, list[int]], int]:
+    """What stopping attempts still hold (fleet.models.GpuRelease), one row per member; the
+    nodes of the holds made by preemptions, by the waiting job each was made for; and how
+    many preempted jobs hold them."""
     rows = GpuRelease.objects.filter(expires_at__gt=now).values_list(
         "node_id", "gpu_indices", "gpus", "gpu_memory_mb", "gpu_compute_percent", "cpus",
-        "memory_mb", "for_job_id",
+        "memory_mb", "for_job_id", "job_id",
     )  # fmt: skip
     holds: list[Allocation] = []
     for_job: dict[int, list[int]] = {}
-    for *hold, beneficiary in rows:
+    victims: set[int] = set()
+    for *hold, beneficiary, victim in rows:
         holds.append(tuple(hold))  # type: ignore[arg-type]
         if beneficiary is not None:
             for_job.setdefault(beneficiary, []).append(hold[0])
-    return holds, for_job
+            victims.add(victim)
+    return holds, for_job, len(victims)
 
 
 def gang_members(active: dict[int, int]) -> dict[int, list[tuple[int, int, list[Any]]]]:
@@ -259,7 +262,7 @@ def build_snapshot(*, now: datetime | None = None, save_usage: bool = True) -> D
     active, pending = rows.active, rows.pending
     derived = rows_derived(active, pending)
     members = gang_members(derived.gangs)
-    holds, releasing_for = _releasing(now)
+    holds, releasing_for, stopping = _releasing(now)
     nodes, node_ids, node_names = build_nodes(derived.allocations(members) + holds)
 
     snap = DbSnapshot(
@@ -324,6 +327,7 @@ def build_snapshot(*, now: datetime | None = None, save_usage: bool = True) -> D
                 if any(n in node_names for n in on)
             }
         ),
+        preemptions_stopping=stopping,
         service_distribution=history.service,
         limit_ratio_distribution=history.limit_ratio,
         gpu_speeds=learn_speeds(

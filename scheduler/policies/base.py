@@ -118,7 +118,10 @@ class Cycle(QueueWalk, CyclePreemption, CycleWaits):
         self._victim_costs: dict[int, tuple[RunningJob, float, float]] = {}
         self._reclaim_on = bool(self.settings.get("preemption", True))
         self._qos_on = bool(self.settings.get("qos_preemption", False))
-        self._max_preempts = int(self.settings.get("max_preemptions_per_cycle", 32))
+        self._max_preempts = max(
+            0,
+            int(self.settings.get("max_preemptions_per_cycle", 32)) - snapshot.preemptions_stopping,
+        )
         # settings["explain"] false (the simulator): waits carry no sentence, which saves
         # building one per waiting job; decisions are the same.
         self.explain = bool(self.settings.get("explain", True))

@@ -71,3 +71,17 @@ def test_a_gittins_preemption_is_not_repeated_while_its_victim_stops() -> None:
     s2 = replace(s2, now=4 * HOUR)
     assert [p.job_id for p in get_policy("gittins").schedule(s2).preempts] == [8]
     assert get_policy("gittins").schedule(_releasing(s2, j1=("a",))).preempts == ()
+
+
+def test_jobs_still_stopping_count_against_the_cap_per_cycle() -> None:
+    run = [
+        running(1, "a", (0, 1), team="big", started=0),
+        running(2, "b", (0, 1), team="big", started=0),
+    ]
+    pending = [job(10, 2, team="lab"), job(11, 2, team="lab", submitted=1.0)]
+    nodes = [node("a", 2), node("b", 2)]
+    s = snap(nodes, pending, run, teams=TEAMS, settings={"max_preemptions_per_cycle": 2})
+    assert len(get_policy("priority").schedule(s).preempts) == 2
+    one = get_policy("priority").schedule(replace(s, preemptions_stopping=1))
+    assert [p.for_job for p in one.preempts] == [10]
+    assert get_policy("priority").schedule(replace(s, preemptions_stopping=5)).preempts == ()

@@ -49,3 +49,30 @@ def test_the_job_a_preemption_was_for_waits_for_its_victims_to_stop(
     assert record is not None and (record.preempted, record.placed) == (0, 1)
     claimant.refresh_from_db()
     assert claimant.state == JobState.ASSIGNED and claimant.node_id == node.pk
+
+
+def test_preempted_jobs_still_stopping_count_against_the_cap(
+    owner: Any, team: Any, outsider: Any, other_team: Any, sent: list[Any]
+) -> None:
+    from scheduler.cycle.config import settings_update
+
+    settings_update(user=None, policy="priority", params={"max_preemptions_per_cycle": 1})
+    team.guaranteed_gpus = 4
+    team.save()
+    a, b = make_node("sim-a", 2), make_node("sim-b", 2)
+    for node in (a, b):
+        make_running(outsider, other_team, node, [0, 1], preemptible=True)
+    first, second = make_job(owner, team, gpus=2), make_job(owner, team, gpus=2)
+    record = run_cycle()
+    assert record is not None and record.preempted == 1
+    (victim,) = Job.objects.filter(team=other_team, state=JobState.PENDING)
+    assert GpuRelease.objects.get().for_job_id == first.pk
+    # One victim still stops: the cap of one is reached, so the second job does not preempt.
+    record = run_cycle()
+    assert record is not None and record.preempted == 0
+    stopped_on = a if victim.previous_node_id == a.pk else b
+    job_report_apply(node=stopped_on, job_id=victim.pk, attempt=1, state="preempted", exit_code=-15)
+    record = run_cycle()
+    assert record is not None and (record.placed, record.preempted) == (1, 1)
+    assert Job.objects.get(pk=first.pk).state == JobState.ASSIGNED
+    assert GpuRelease.objects.get().for_job_id == second.pk
