@@ -7,9 +7,10 @@ already past it at the median learned share of its limit above what it has used;
 gittins the median of the learned runtimes instead of the predicted mean,
 `scheduler.core.eta_runtimes`),
 preempted jobs leave at once (before the plan's placements are booked) and the GPUs they
-leave free go to the queue a scheduling minute later (the next cycle), and at each end
-the remaining queue is placed again by best fit within quotas (a multi-node gang on all its
-nodes at once), in the policy's order (stopping at the first job that does not fit for a
+leave free go to the queue a scheduling minute later (the next cycle), the GPUs that
+attempts still stopping hold (`Snapshot.holds`) come back when their holds expire, and at
+each end the remaining queue is placed again by best fit within quotas (a multi-node gang
+on all its nodes at once), in the policy's order (stopping at the first job that does not fit for a
 blocking policy such as fcfs). Given `arrivals`, the submissions expected meanwhile join
 the queue as they come, each where the policy ranks it (`scheduler.core.eta_arrivals`): a
 short job expected in an hour goes ahead of a long one waiting now under gittins, as it
@@ -36,7 +37,7 @@ from scheduler.core.admission import admission_error
 from scheduler.core.eta_arrivals import Arrivals, Rank
 from scheduler.core.eta_arrivals import rank as rank_arrivals
 from scheduler.core.eta_runtimes import Runtimes, for_policy
-from scheduler.core.model import PendingJob, Plan, Snapshot
+from scheduler.core.model import Member, Occupant, PendingJob, Plan, Snapshot
 from scheduler.core.placement import FreeCapacity, Members
 from scheduler.core.quota import QuotaLedger
 
@@ -115,6 +116,10 @@ def estimate(
         if end is None:
             end = _expected_end(r, now, ratios)
         heapq.heappush(ends, (end, next(seq), r, r.allocations))
+    for hold in snapshot.holds:
+        # A stopping attempt gives its GPUs back when it ends, by its expiry at the latest.
+        end = hold.end if hold.end > now else now
+        heapq.heappush(ends, (end, next(seq), hold, (Member(hold.node, hold.gpu_indices),)))
     for place in plan.places:
         job = pending.get(place.job_id)
         if job is None:
@@ -159,7 +164,8 @@ def estimate(
             _, _, job, members = heapq.heappop(ends)
             if job is not None:
                 cap.release_members(job, members)
-                quota.release(job)
+                if not isinstance(job, Occupant):  # (a hold counts against no quota)
+                    quota.release(job)
         new: list[tuple[Rank, PendingJob]] = []
         while coming is not None and coming[0] <= t:
             _, copy, i, job = coming

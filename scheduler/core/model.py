@@ -17,7 +17,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from types import MappingProxyType
-from typing import Any
+from typing import Any, NamedTuple
 
 FULL_COMPUTE = 100
 
@@ -256,6 +256,23 @@ class RunningChanges:
         return gone, new
 
 
+class Occupant(NamedTuple):
+    """Something holding GPU capacity until `end`: a running job, a fresh placement or the
+    hold of a stopping attempt (`Snapshot.holds`), as the reservation search and the
+    forecast read them (a named tuple: a cycle makes one per placement and per running
+    job's member, and a tuple is made several times faster than a frozen dataclass)."""
+
+    end: float
+    node: str
+    gpu_indices: tuple[int, ...]
+    gpus: int
+    gpu_memory_mb: int | None = None
+    gpu_compute_percent: int | None = None
+    # Host CPUs and memory it holds on the node.
+    cpus: int = 0
+    memory_mb: int = 0
+
+
 @dataclass(frozen=True, slots=True)
 class Snapshot:
     now: float
@@ -290,6 +307,12 @@ class Snapshot:
     # production cycle runs every few seconds and on every event, several within one grace
     # period; the simulator frees GPUs at once and leaves it 0.
     preemptions_stopping: int = 0
+    # What attempts that are still stopping hold (cancelled, requeued or preempted jobs
+    # within their grace period), each until the time it is given back at the latest. The
+    # nodes already count these GPUs as taken; the reservation search and the forecast
+    # read here when they come back. Empty where stopping frees GPUs at once (the
+    # simulator).
+    holds: tuple[Occupant, ...] = ()
     # The queue's changes since the driver's previous snapshot, where it knows them.
     pending_changes: PendingChanges | None = field(default=None, compare=False, repr=False)
     # The running jobs' changes since the driver's previous snapshot, where it knows them.

@@ -19,6 +19,7 @@ from fleet.models import GpuRelease, JobEvent, JobMember, JobState, Team
 from fleet.models.jobs import ActorKind
 from fleet.services.job_reports import FRESH, RESUMED
 from scheduler.core.model import (
+    Occupant,
     Snapshot,
     TeamState,
 )
@@ -115,23 +116,40 @@ def attempt_history(job_ids: set[int]) -> dict[int, Attempts]:
     return out
 
 
-def _releasing(now: datetime) -> tuple[list[Allocation], dict[int, list[int]], int]:
-    """What stopping attempts still hold (fleet.models.GpuRelease), one row per member; the
-    nodes of the holds made by preemptions, by the waiting job each was made for; and how
-    many preempted jobs hold them."""
-    rows = GpuRelease.objects.filter(expires_at__gt=now).values_list(
+def _releasing(
+    now: datetime,
+) -> tuple[list[Allocation], list[float], dict[int, list[int]], int]:
+    """What stopping attempts still hold (fleet.models.GpuRelease), one row per member, and
+    when each hold expires (seconds since the epoch); the nodes of the holds made by
+    preemptions, by the waiting job each was made for; and how many preempted jobs hold
+    them."""
+    rows = GpuRelease.objects.filter(expires_at__gt=now).order_by("id").values_list(
         "node_id", "gpu_indices", "gpus", "gpu_memory_mb", "gpu_compute_percent", "cpus",
-        "memory_mb", "for_job_id", "job_id",
+        "memory_mb", "for_job_id", "job_id", "expires_at",
     )  # fmt: skip
     holds: list[Allocation] = []
+    expiry: list[float] = []
     for_job: dict[int, list[int]] = {}
     victims: set[int] = set()
-    for *hold, beneficiary, victim in rows:
+    for *hold, beneficiary, victim, expires_at in rows:
         holds.append(tuple(hold))  # type: ignore[arg-type]
+        expiry.append(expires_at.timestamp())
         if beneficiary is not None:
             for_job.setdefault(beneficiary, []).append(hold[0])
             victims.add(victim)
-    return holds, for_job, len(victims)
+    return holds, expiry, for_job, len(victims)
+
+
+def hold_occupants(
+    holds: list[Allocation], expiry: list[float], node_names: dict[int, str]
+) -> tuple[Occupant, ...]:
+    """The holds as the reservation search and the forecast read them: each until it
+    expires (the agent's report of the end usually frees it sooner)."""
+    return tuple(
+        Occupant(end, node_names[node_id], tuple(indices), gpus, mem, comp, cpus or 0, ram or 0)
+        for (node_id, indices, gpus, mem, comp, cpus, ram), end in zip(holds, expiry, strict=True)
+        if node_id in node_names
+    )
 
 
 def gang_members(active: dict[int, int]) -> dict[int, list[tuple[int, int, list[Any]]]]:
@@ -262,7 +280,7 @@ def build_snapshot(*, now: datetime | None = None, save_usage: bool = True) -> D
     active, pending = rows.active, rows.pending
     derived = rows_derived(active, pending)
     members = gang_members(derived.gangs)
-    holds, releasing_for, stopping = _releasing(now)
+    holds, expiry, releasing_for, stopping = _releasing(now)
     nodes, node_ids, node_names = build_nodes(derived.allocations(members) + holds)
 
     snap = DbSnapshot(
@@ -328,6 +346,7 @@ def build_snapshot(*, now: datetime | None = None, save_usage: bool = True) -> D
             }
         ),
         preemptions_stopping=stopping,
+        holds=hold_occupants(holds, expiry, node_names),
         service_distribution=history.service,
         limit_ratio_distribution=history.limit_ratio,
         gpu_speeds=learn_speeds(

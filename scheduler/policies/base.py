@@ -103,7 +103,9 @@ class Cycle(QueueWalk, CyclePreemption, CycleWaits):
         self._seen: set[int] = set()
         self._unmarked: list[Sequence[PendingJob]] = []  # seen, not yet in _seen
         self._waits: dict[int, tuple[PendingJob, str, Any]] = {}
-        self._placed: list = []
+        # Occupants besides the running jobs: the holds of stopping attempts, then this
+        # cycle's placements (the reservation search reads when each comes back).
+        self._placed: list = list(snapshot.holds)
         self._preempted: set[int] = set()
         self._reservation: HeldReservation | None = None
         self._blocked_by: int | None = None

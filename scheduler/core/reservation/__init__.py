@@ -1,8 +1,9 @@
 """Where and when a job that does not fit now could start, from the ends of the jobs in
 the way: the shadow time of EASY backfill.
 
-Ends come from running jobs (time limit, or prediction when the policy says so) and from
-jobs placed earlier in the same cycle. With time limits the answer is a promise the
+Ends come from running jobs (time limit, or prediction when the policy says so), from
+jobs placed earlier in the same cycle and from the holds of attempts still stopping
+(`Snapshot.holds`, until they expire at the latest). With time limits the answer is a promise the
 fleet can keep, since a job is stopped at its limit; with predictions it is a guess.
 
 A multi-node gang (and a one-node job asking for host CPUs or memory on a fleet that

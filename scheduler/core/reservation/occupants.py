@@ -1,28 +1,12 @@
-"""What holds GPU capacity until when: running jobs and this cycle's placements, as the
-reservation search reads them."""
+"""What holds GPU capacity until when (`scheduler.core.model.Occupant`): running jobs and
+this cycle's placements, as the reservation search reads them."""
 
 from __future__ import annotations
 
-from typing import Any, NamedTuple
+from typing import Any
 
-from scheduler.core.model import RunningJob
+from scheduler.core.model import Occupant, RunningJob
 from scheduler.core.placement import Members
-
-
-class Occupant(NamedTuple):
-    """Something holding GPU capacity until `end`: a running job or a fresh placement (a
-    named tuple: a cycle makes one per placement and per running job's member, and a
-    tuple is made several times faster than a frozen dataclass)."""
-
-    end: float
-    node: str
-    gpu_indices: tuple[int, ...]
-    gpus: int
-    gpu_memory_mb: int | None = None
-    gpu_compute_percent: int | None = None
-    # Host CPUs and memory it holds on the node.
-    cpus: int = 0
-    memory_mb: int = 0
 
 
 def occupant_of(job: Any, node: str, gpu_indices: tuple[int, ...], end: float) -> Occupant:

@@ -60,8 +60,21 @@ def running(
 
 def snap(nodes, pending=(), running_jobs=(), *, teams=(), settings=None, now=1000.0) -> Snapshot:
     """A consistent snapshot: each running job's share is taken off its GPUs."""
+    return Snapshot(
+        now=now,
+        nodes=taken_by(nodes, running_jobs),
+        running=tuple(running_jobs),
+        pending=tuple(pending),
+        teams=MappingProxyType({t.slug: t for t in teams}),
+        settings=MappingProxyType(dict(settings or {})),
+    )
+
+
+def taken_by(nodes: Any, holders: Any) -> tuple[NodeState, ...]:
+    """The nodes with the share of each holder (a running job, or anything with its node,
+    GPU indices and request) taken off its GPUs."""
     by_name = {n.name: n for n in nodes}
-    for r in running_jobs:
+    for r in holders:
         n = by_name[r.node]
         gpus = list(n.gpus)
         for i in r.gpu_indices:
@@ -76,14 +89,7 @@ def snap(nodes, pending=(), running_jobs=(), *, teams=(), settings=None, now=100
                 )
                 assert gpus[i].free_compute_percent >= 0 and gpus[i].free_memory_mb >= 0
         by_name[r.node] = replace(n, gpus=tuple(gpus))
-    return Snapshot(
-        now=now,
-        nodes=tuple(by_name[n.name] for n in nodes),
-        running=tuple(running_jobs),
-        pending=tuple(pending),
-        teams=MappingProxyType({t.slug: t for t in teams}),
-        settings=MappingProxyType(dict(settings or {})),
-    )
+    return tuple(by_name[n.name] for n in nodes)
 
 
 def team(slug: str, **kw: Any) -> TeamState:

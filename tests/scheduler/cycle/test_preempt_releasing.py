@@ -76,3 +76,31 @@ def test_preempted_jobs_still_stopping_count_against_the_cap(
     assert record is not None and (record.placed, record.preempted) == (1, 1)
     assert Job.objects.get(pk=first.pk).state == JobState.ASSIGNED
     assert GpuRelease.objects.get().for_job_id == second.pk
+
+
+def test_the_snapshot_says_when_held_gpus_come_back_and_the_forecast_counts_on_it(
+    owner: Any, team: Any, outsider: Any, other_team: Any, sent: list[Any]
+) -> None:
+    from scheduler.core.eta import estimate
+    from scheduler.cycle.snapshot import build_snapshot
+    from scheduler.policies import get_policy
+
+    team.guaranteed_gpus = 2
+    team.save()
+    a, b = make_node("sim-a", 2), make_node("sim-b", 2)
+    for node in (a, b):
+        make_running(outsider, other_team, node, [0, 1], preemptible=True)
+    claimant = make_job(owner, team, gpus=2)
+    first = run_cycle()
+    assert first is not None and first.preempted == 1
+    hold = GpuRelease.objects.get()
+    snap = build_snapshot(save_usage=False)
+    (held,) = snap.core.holds
+    on = a if hold.node_id == a.pk else b
+    assert (held.node, held.gpu_indices, held.gpus) == (on.name, (0, 1), 2)
+    assert held.end == hold.expires_at.timestamp()
+    # The claimant waits for those GPUs: its forecast start is the hold's expiry at the
+    # latest, not the end of the job still running on the other node.
+    forecast = estimate(snap.core, get_policy(snap.policy))
+    start = forecast[claimant.pk][1]
+    assert start is not None and snap.core.now < start <= held.end
