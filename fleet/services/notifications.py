@@ -174,6 +174,37 @@ def notify_on_commit(*, job_id: int, attempt: int, action: str, reason: str) -> 
     transaction.on_commit(run, robust=True)
 
 
+def notify_many_on_commit(*, transitions: list[tuple[int, int, int, str, str]]) -> None:
+    """`notify_on_commit` for many transitions of one transaction, each (job id, owner id,
+    attempt, action, reason): after commit the owners' settings are read with one query,
+    and only the jobs whose owners asked for the event are notified (a batch of preemptions
+    need not read every job and its owner's settings one by one)."""
+    wanted = [
+        (job_id, owner_id, attempt, EVENT_OF_ACTION[action], reason)
+        for job_id, owner_id, attempt, action, reason in transitions
+        if action in EVENT_OF_ACTION
+    ]
+    if not wanted:
+        return
+
+    def run() -> None:
+        prefs = {
+            p.user_id: p
+            for p in NotificationSettings.objects.filter(user_id__in={w[1] for w in wanted})
+        }
+        for job_id, owner_id, attempt, event, reason in wanted:
+            chosen = prefs.get(owner_id)
+            if chosen is None or not chosen.wants(event):
+                continue
+            try:
+                notify_job_event(job_id=job_id, attempt=attempt, event=event, detail=reason)
+            except Exception:
+                # (as a failing callback of its own would: the others still go out)
+                log.exception("could not notify the owner of job %s", job_id)
+
+    transaction.on_commit(run, robust=True)
+
+
 def notify_job_event(*, job_id: int, attempt: int, event: str, detail: str = "") -> list[int]:
     """Write one notification per channel the owner chose for `event`, once per attempt,
     and queue their delivery. Returns the ids of the rows written now."""

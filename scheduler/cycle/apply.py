@@ -22,14 +22,13 @@ from django.db import connection, transaction
 from django.db.models import Case, F, When
 from django.utils import timezone
 
-from fleet.errors import Conflict, NotFound
 from fleet.models import GpuRelease, Job, JobState, Node
 from fleet.models.nodes import NodeState as NodeStatus
 from fleet.services import messaging
 from fleet.services.dispatch import send_starts_on_commit
 from fleet.services.job_batches import Dispatch, job_dispatch_starts
-from fleet.services.job_states import SCHEDULER, job_transition
-from fleet.services.jobs import stop_previous_attempt
+from fleet.services.job_preemptions import Stop, job_stop_many
+from fleet.services.job_states import SCHEDULER
 from scheduler.core.model import (
     FULL_COMPUTE,
     GpuState,
@@ -177,32 +176,22 @@ def _check_place(
     )
 
 
-def _preempt(snap: DbSnapshot, preempt: Preempt) -> tuple[str, str | None]:
-    """Preempt (requeue) or, without requeues left, fail one running job."""
+def _stop_of(snap: DbSnapshot, preempt: Preempt) -> Stop | str:
+    """The stop that applies a preemption: requeue the job or, without requeues left, fail
+    it; or why it cannot apply."""
     attempt = snap.attempts.get(preempt.job_id)
     if attempt is None:
-        return "", "the job was not running in the snapshot"
+        return "the job was not running in the snapshot"
     requeues, max_requeues = snap.requeues.get(preempt.job_id, (0, 0))
     requeue = preempt.requeue and requeues < max_requeues
-    action = "preempt" if requeue else "fail"
     reason = preempt.reason
     if not requeue:
         reason += f"; not requeued: it was requeued {requeues} times (max_requeues {max_requeues})"
-    try:
-        job = job_transition(
-            job_id=preempt.job_id, action=action, actor=SCHEDULER, reason=reason, attempt=attempt
-        )
-    except (Conflict, NotFound) as exc:
-        return action, f"the job changed since the snapshot ({exc.message})"
-    # The agent stops the attempt with its grace period (SIGTERM, then SIGKILL).
-    stop_previous_attempt(job, reason=reason)
-    if preempt.for_job is not None:
-        # Until the attempt has ended, later cycles let that job wait for these GPUs
-        # (Snapshot.releasing_for) rather than preempt again for it.
-        GpuRelease.objects.filter(job_id=preempt.job_id, attempt=attempt).update(
-            for_job_id=preempt.for_job
-        )
-    return action, None
+    # The agent stops the attempt with its grace period (SIGTERM, then SIGKILL); until it
+    # has ended, later cycles let the job it was preempted for wait for these GPUs
+    # (Snapshot.releasing_for) rather than preempt again for it.
+    action = "preempt" if requeue else "fail"
+    return Stop(preempt.job_id, attempt, action, reason, preempt.for_job)
 
 
 # Decisions per transaction: one commit (one disk flush) per batch rather than per job,
@@ -247,12 +236,24 @@ def apply_plan(snap: DbSnapshot, plan: Plan) -> Outcome:
                 )
     for victims in _batches(plan.preempts):
         with transaction.atomic():
+            stops: list[Stop] = []
+            why_not: dict[int, str | None] = {}
             for preempt in victims:
-                action, why = _preempt(snap, preempt)
+                stop = _stop_of(snap, preempt)
+                if isinstance(stop, str):
+                    why_not[preempt.job_id] = stop
+                else:
+                    stops.append(stop)
+            done = job_stop_many(stops=stops, actor=SCHEDULER)
+            actions = {stop.job_id: stop.action for stop in stops}
+            for preempt in victims:
+                why = why_not.get(preempt.job_id)
+                if why is None and done.get(preempt.job_id) is not None:
+                    why = f"the job changed since the snapshot ({done[preempt.job_id]})"
                 if why is not None:
                     log.info("skipped preempting job %s: %s", preempt.job_id, why)
                     outcome.skipped[preempt.job_id] = f"preemption skipped: {why}"
-                elif action == "preempt":
+                elif actions[preempt.job_id] == "preempt":
                     outcome.preempted.append(preempt.job_id)
                 else:
                     outcome.failed.append(preempt.job_id)
