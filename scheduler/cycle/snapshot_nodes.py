@@ -51,7 +51,7 @@ class CarriedNodes:
 CARRIED_NODES = CarriedNodes()
 
 _GPU_COLUMNS = ("node_id", "index", "model", "memory_mb")
-_GENERATION_SQL = f'SELECT value FROM "{TableGeneration._meta.db_table}" WHERE "table" = %s'  # noqa: S608
+_GENERATION_SQL = f'SELECT value FROM "{TableGeneration._meta.db_table}" WHERE "table" = %s'
 
 
 def gpu_generation() -> int | None:
