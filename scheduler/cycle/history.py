@@ -34,15 +34,23 @@ class History:
     predictions: dict[tuple[int, str, int], float | None] = field(
         default_factory=dict, compare=False
     )
+    # (owner id, name) -> the learned ratio: jobs of one script differ mostly in their limit.
+    ratios: dict[tuple[int, str], float] = field(default_factory=dict, compare=False)
 
     def predict(self, owner: int, name: str, limit: int) -> float | None:
+        """`predictor.predict(str(owner), name, float(limit))`, bit for bit (the ratio times
+        the limit), asked once per owner, name and limit."""
         if self.predictor.observations() == 0:
             return None
         key = (owner, name, limit)
         try:
             return self.predictions[key]
         except KeyError:
-            value = self.predictions[key] = self.predictor.predict(str(owner), name, float(limit))
+            pair = (owner, name)
+            ratio = self.ratios.get(pair)
+            if ratio is None:
+                ratio = self.ratios[pair] = self.predictor.ratio(str(owner), name)
+            value = self.predictions[key] = ratio * max(float(limit), 0.0)
             return value
 
 

@@ -58,3 +58,30 @@ def test_a_requeued_job_carries_the_service_of_its_earlier_attempts(owner: Any, 
     assert {p.id: p for p in build_snapshot(save_usage=False).core.pending}[
         fresh.pk
     ].attained_service == 0.0
+
+
+def test_a_history_predicts_as_its_predictor_does_bit_for_bit() -> None:
+    import random
+
+    from scheduler.core.prediction import RuntimePredictor
+    from scheduler.cycle.history import History
+
+    rng = random.Random(3)
+    predictor = RuntimePredictor()
+    for _ in range(500):
+        limit = rng.choice([600.0, 3600.0, 86400.0])
+        predictor.update(
+            str(rng.randrange(8)), f"run{rng.randrange(6)}", limit, rng.uniform(0, limit)
+        )
+    history = History(predictor)
+    asked = [
+        (rng.randrange(10), f"run{rng.randrange(9)}", rng.choice([0, 60, 601, 3600, 86399]))
+        for _ in range(400)
+    ]
+    # Each owner and name is asked at several limits; the answers are the predictor's own.
+    for owner, name, limit in asked:
+        assert history.predict(owner, name, limit) == predictor.predict(
+            str(owner), name, float(limit)
+        )
+    assert len(history.ratios) < len(history.predictions)
+    assert History(RuntimePredictor()).predict(1, "run0", 60) is None
