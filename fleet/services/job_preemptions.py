@@ -14,10 +14,8 @@ settings are read or written with one statement each for the whole batch.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from datetime import timedelta
 from typing import Any, cast
 
-from django.conf import settings
 from django.db.models import Case, Field, Q, Value, When
 from django.utils import timezone
 
@@ -27,7 +25,7 @@ from fleet.services.fences import fence_on_commit
 from fleet.services.job_states import ON_NODE, TRANSITIONS, Actor, transition_changes
 from fleet.services.members import LIVE
 from fleet.services.notifications import notify_many_on_commit
-from fleet.services.releases import REPORT_MARGIN_S
+from fleet.services.releases import hold_expiry
 
 
 @dataclass(frozen=True)
@@ -187,7 +185,7 @@ def _stop_attempts(moved: list[tuple[Stop, tuple[Any, ...]]], now: Any) -> None:
             "id", "name", "state"
         )
     }
-    expires = now + timedelta(seconds=float(settings.FLEET_JOB_GRACE) + REPORT_MARGIN_S)
+    expires = hold_expiry(now)
     holds = []
     for job_id, node_id, indices in parts:
         stop, row = by_job[job_id]

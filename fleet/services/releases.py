@@ -21,6 +21,12 @@ from fleet.models import GpuRelease, Job, Node, NodeState
 REPORT_MARGIN_S = 15.0
 
 
+def hold_expiry(now: datetime, *, longer_s: float = 0.0) -> datetime:
+    """When a hold made now expires: the job's grace period, the time for the report of
+    the end to arrive, and `longer_s` more."""
+    return now + timedelta(seconds=float(settings.FLEET_JOB_GRACE) + REPORT_MARGIN_S + longer_s)
+
+
 def gpu_release_hold(*, job: Job, now: datetime | None = None) -> GpuRelease | None:
     """Keep the GPUs of the attempt that `job` just left busy until that attempt ends (its
     rank 0 member; fleet.services.members holds every member of a multi-node attempt)."""
@@ -48,8 +54,7 @@ def gpu_release_hold_member(
     node_state = Node.objects.filter(id=node_id).values_list("state", flat=True)
     if not node_state or node_state[0] == NodeState.DOWN:
         return None  # a down node schedules nothing; its agent reconciles when it returns
-    now = now or timezone.now()
-    expires = now + timedelta(seconds=float(settings.FLEET_JOB_GRACE) + REPORT_MARGIN_S)
+    expires = hold_expiry(now or timezone.now())
     try:
         with transaction.atomic():
             return GpuRelease.objects.create(
@@ -86,10 +91,7 @@ def gpu_release_hold_running(
     )
     if job is None:
         return
-    now = now or timezone.now()
-    expires = now + timedelta(
-        seconds=float(settings.FLEET_JOB_GRACE) + REPORT_MARGIN_S + node.heartbeat_timeout
-    )
+    expires = hold_expiry(now or timezone.now(), longer_s=node.heartbeat_timeout)
     indices = [int(i) for i in gpu_indices]
     if GpuRelease.objects.filter(job_id=job_id, attempt=attempt, node=node).update(
         expires_at=expires

@@ -236,27 +236,21 @@ def apply_plan(snap: DbSnapshot, plan: Plan) -> Outcome:
                 )
     for victims in _batches(plan.preempts):
         with transaction.atomic():
-            stops: list[Stop] = []
-            why_not: dict[int, str | None] = {}
-            for preempt in victims:
-                stop = _stop_of(snap, preempt)
-                if isinstance(stop, str):
-                    why_not[preempt.job_id] = stop
-                else:
-                    stops.append(stop)
-            done = job_stop_many(stops=stops, actor=SCHEDULER)
-            actions = {stop.job_id: stop.action for stop in stops}
-            for preempt in victims:
-                why = why_not.get(preempt.job_id)
-                if why is None and done.get(preempt.job_id) is not None:
-                    why = f"the job changed since the snapshot ({done[preempt.job_id]})"
-                if why is not None:
-                    log.info("skipped preempting job %s: %s", preempt.job_id, why)
-                    outcome.skipped[preempt.job_id] = f"preemption skipped: {why}"
-                elif actions[preempt.job_id] == "preempt":
-                    outcome.preempted.append(preempt.job_id)
-                else:
-                    outcome.failed.append(preempt.job_id)
+            decided = [(preempt, _stop_of(snap, preempt)) for preempt in victims]
+            done = job_stop_many(
+                stops=[stop for _, stop in decided if isinstance(stop, Stop)], actor=SCHEDULER
+            )
+            for preempt, stop in decided:
+                why = stop if isinstance(stop, str) else done[stop.job_id]
+                if why is None:
+                    assert isinstance(stop, Stop)
+                    taken = outcome.preempted if stop.action == "preempt" else outcome.failed
+                    taken.append(preempt.job_id)
+                    continue
+                if isinstance(stop, Stop):
+                    why = f"the job changed since the snapshot ({why})"
+                log.info("skipped preempting job %s: %s", preempt.job_id, why)
+                outcome.skipped[preempt.job_id] = f"preemption skipped: {why}"
             if outcome.preempted or outcome.failed:
                 # The victims' GPUs are free in the database now: place their claimants soon.
                 messaging.request_schedule()

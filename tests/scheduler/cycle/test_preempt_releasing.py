@@ -16,16 +16,23 @@ from tests.scheduler.cycle.conftest import make_job, make_node, make_running
 pytestmark = pytest.mark.django_db
 
 
-def test_the_job_a_preemption_was_for_waits_for_its_victims_to_stop(
-    owner: Any, team: Any, outsider: Any, other_team: Any, sent: list[Any]
-) -> None:
-    team.guaranteed_gpus = 2
-    team.save()
+def _borrowed_fleet(outsider: Any, other_team: Any) -> tuple[Any, Any, dict[str, Job]]:
+    """Nodes sim-a and sim-b of 2 GPUs, each filled by a preemptible job of another team:
+    (a, b, node name -> its job)."""
     a, b = make_node("sim-a", 2), make_node("sim-b", 2)
     borrowed = {
         node.name: make_running(outsider, other_team, node, [0, 1], preemptible=True)
         for node in (a, b)
     }
+    return a, b, borrowed
+
+
+def test_the_job_a_preemption_was_for_waits_for_its_victims_to_stop(
+    owner: Any, team: Any, outsider: Any, other_team: Any, sent: list[Any]
+) -> None:
+    team.guaranteed_gpus = 2
+    team.save()
+    a, b, borrowed = _borrowed_fleet(outsider, other_team)
     claimant = make_job(owner, team, gpus=2)
     first = run_cycle()
     assert first is not None and (first.preempted, first.placed) == (1, 0)
@@ -59,9 +66,7 @@ def test_preempted_jobs_still_stopping_count_against_the_cap(
     settings_update(user=None, policy="priority", params={"max_preemptions_per_cycle": 1})
     team.guaranteed_gpus = 4
     team.save()
-    a, b = make_node("sim-a", 2), make_node("sim-b", 2)
-    for node in (a, b):
-        make_running(outsider, other_team, node, [0, 1], preemptible=True)
+    a, b, _ = _borrowed_fleet(outsider, other_team)
     first, second = make_job(owner, team, gpus=2), make_job(owner, team, gpus=2)
     record = run_cycle()
     assert record is not None and record.preempted == 1
@@ -87,9 +92,7 @@ def test_the_snapshot_says_when_held_gpus_come_back_and_the_forecast_counts_on_i
 
     team.guaranteed_gpus = 2
     team.save()
-    a, b = make_node("sim-a", 2), make_node("sim-b", 2)
-    for node in (a, b):
-        make_running(outsider, other_team, node, [0, 1], preemptible=True)
+    a, b, _ = _borrowed_fleet(outsider, other_team)
     claimant = make_job(owner, team, gpus=2)
     first = run_cycle()
     assert first is not None and first.preempted == 1
