@@ -143,6 +143,13 @@ class PreemptionCost:
         """Whether the job has been preempted as often as allowed."""
         return self.max_per_job > 0 and getattr(job, "preemptions", 0) >= self.max_per_job
 
+    def gain_pays(
+        self, waiting_remaining: float, victim_remaining: float, victim: RunningJob, now: float
+    ) -> bool:
+        """Whether `pays` gives a reason (the test alone, with no text written)."""
+        cost = self.gpu_seconds(victim, now)
+        return waiting_remaining + self.cost_weight * cost < victim_remaining
+
     def pays(
         self, waiting_remaining: float, victim_remaining: float, victim: RunningJob, now: float
     ) -> str | None:
@@ -154,8 +161,8 @@ class PreemptionCost:
         difference is larger than the cost, counted `cost_weight` times (the victim redoes
         the work, and meanwhile that capacity is missing for everyone else). gittins
         also asks `loses_too_much`."""
-        cost = self.gpu_seconds(victim, now)
-        if waiting_remaining + self.cost_weight * cost < victim_remaining:
+        if self.gain_pays(waiting_remaining, victim_remaining, victim, now):
+            cost = self.gpu_seconds(victim, now)
             times = "" if self.cost_weight == 1 else f"{self.cost_weight:g} x "
             return (
                 f"expected to need {gpu_hours(victim_remaining)} more against "

@@ -16,7 +16,23 @@ from scheduler.core.preemption import VictimIndex, cheapest_on_one_node, choose_
 from scheduler.core.preemption_cost import PreemptionCost, qos_rank
 from scheduler.core.quota import QuotaLedger
 
-VictimRule = Callable[[PendingJob, RunningJob], str | None]
+
+class Reason:
+    """Why a victim may be preempted, written out only when read: a search weighs many
+    allowed victims and preempts a few, so a rule returns this instead of a string whose
+    numbers would be formatted for every victim weighed."""
+
+    __slots__ = ("_write",)
+
+    def __init__(self, write: Callable[[], str]) -> None:
+        self._write = write
+
+    def __str__(self) -> str:
+        return self._write()
+
+
+# A victim rule's answer: the reason the victim may go (a string or a Reason), or None.
+VictimRule = Callable[[PendingJob, RunningJob], str | Reason | None]
 VictimFilter = Callable[[PendingJob, list[RunningJob]], Iterable[int]]
 RuleHint = Callable[[Sequence[PendingJob], list[RunningJob]], np.ndarray]
 
@@ -49,7 +65,7 @@ class CyclePreemption:
 
     def _victim_reason(
         self, job: PendingJob, victim: RunningJob, borrowers: set[str], job_rank: int
-    ) -> str | None:
+    ) -> str | Reason | None:
         if victim.id in self._preempted:
             return None
         if victim.team in borrowers and victim.team != job.team:
@@ -137,7 +153,7 @@ class CyclePreemption:
             if borrowers:
                 chosen = sorted(set(chosen).union(*self._borrowed_from(borrowers - {job.team})))
             candidates = [candidates[i] for i in chosen]
-        reasons: dict[int, str | None] = {}
+        reasons: dict[int, str | Reason | None] = {}
         if self.fast and node_count(job) == 1 and candidates is self._preemptible:
             # Any preemptible job may be allowed: ask the rule only about the victims on
             # the nodes the search reaches. (A filtered list is asked about as a whole:

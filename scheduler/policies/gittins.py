@@ -13,6 +13,7 @@ from scheduler.core.preemption_cost import PreemptionCost
 from scheduler.core.service_distribution import ServiceDistribution
 from scheduler.policies.base import Cycle
 from scheduler.policies.cycle_parts import QueueRest
+from scheduler.policies.cycle_preempt import Reason
 from scheduler.policies.gittins_columns import RATIO_STEPS, IndexModel
 from scheduler.policies.gittins_hint import may_allow_any
 from scheduler.policies.gittins_rows import GittinsRows, PointsRule, QuotaInputs, RankedQueue
@@ -207,7 +208,7 @@ class GittinsPolicy(PreemptivePolicy):
                 )
             return known
 
-        def victim_rule(job: PendingJob, victim: RunningJob) -> str | None:
+        def victim_rule(job: PendingJob, victim: RunningJob) -> Reason | None:
             if now - victim.started_at < min_slice:
                 return None
             mine, theirs = pending_index[job.id], running_of[victim.id]
@@ -215,14 +216,21 @@ class GittinsPolicy(PreemptivePolicy):
                 return None
             if tiers is not None and tiers[1][victim.id] < tiers[0][job.id]:
                 return None  # its tier goes first
-            pays = ""
+            left = other = 0.0
             if check_gain:
                 left = job_left(job)
                 other, cost, lost = victim_known(victim)
                 if not left + cost < other or lost > bound * left:
                     return None
-                pays = f"; {costs.pays(left, other, victim, now)}"
-            return f"Gittins index {_fmt(mine)} beats {_fmt(theirs)} by more than {margin:g}x{pays}"
+
+            def write() -> str:
+                pays = f"; {costs.pays(left, other, victim, now)}" if check_gain else ""
+                return (
+                    f"Gittins index {_fmt(mine)} beats {_fmt(theirs)} by more than "
+                    f"{margin:g}x{pays}"
+                )
+
+            return Reason(write)
 
         # The rule's numeric tests over all victims at once (numpy, the same float
         # operations), so a long queue does not ask the rule about every pair: a waiting

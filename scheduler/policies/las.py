@@ -9,6 +9,7 @@ from typing import Any
 from scheduler.core.model import PendingJob, Plan, RunningJob, Snapshot
 from scheduler.core.preemption_cost import PreemptionCost, mean_residual
 from scheduler.policies.base import Cycle, VictimRule, cycle_may_preempt
+from scheduler.policies.cycle_preempt import Reason
 from scheduler.policies.preemptive import PreemptivePolicy
 
 # GPU-seconds of attained service at which a job drops to the next queue: 1, 10, 100 GPU-hours.
@@ -77,23 +78,29 @@ class LasPolicy(PreemptivePolicy):
         atoms = tuple(sorted(snapshot.service_distribution))
         victim_left: dict[int, float] = {}
 
-        def victim_rule(job: PendingJob, victim: RunningJob) -> str | None:
+        def victim_rule(job: PendingJob, victim: RunningJob) -> Reason | None:
             if queue_of[victim.id] <= pending_queue(job):
                 return None
-            why = (
-                f"least attained service: it is in queue {queue_of[victim.id] + 1}, "
-                f"job {job.id} in queue {pending_queue(job) + 1}"
-            )
-            if not check_gain:
-                return why
-            theirs = victim_left.get(victim.id)
-            if theirs is None:
-                ran = max(now - victim.started_at, 0.0) * victim.gpu_equivalent
-                theirs = victim_left[victim.id] = mean_residual(
-                    atoms, victim.attained_service + ran
+            mine = theirs = 0.0
+            if check_gain:
+                known = victim_left.get(victim.id)
+                if known is None:
+                    ran = max(now - victim.started_at, 0.0) * victim.gpu_equivalent
+                    known = victim_left[victim.id] = mean_residual(
+                        atoms, victim.attained_service + ran
+                    )
+                mine, theirs = mean_residual(atoms, job.attained_service), known
+                if not costs.gain_pays(mine, theirs, victim, now):
+                    return None
+
+            def write() -> str:
+                why = (
+                    f"least attained service: it is in queue {queue_of[victim.id] + 1}, "
+                    f"job {job.id} in queue {pending_queue(job) + 1}"
                 )
-            pays = costs.pays(mean_residual(atoms, job.attained_service), theirs, victim, now)
-            return None if pays is None else f"{why}; {pays}"
+                return f"{why}; {costs.pays(mine, theirs, victim, now)}" if check_gain else why
+
+            return Reason(write)
 
         # The gain check reads the job's attained service, not only its queue.
         if check_gain:
