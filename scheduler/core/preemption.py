@@ -97,14 +97,27 @@ def _cheapest(
     k = max(job.gpus, 1)
     best: Victims | None = None
     visited = 0
+    suits: dict[tuple[str, int], bool] = {}  # per GPU kind: whether it suits the job
     for bound, node, shares in ranked:
         if visited >= max_nodes or (best is not None and bound > best.lost_gpu_seconds):
             break
-        eligible = {g.index: g for g in cap.node_gpus(node) if cap.eligible(job, node, g)}
+        eligible = {}
+        for g in cap.node_gpus(node):
+            ok = suits.get((g.model, g.memory_mb))
+            if ok is None:
+                ok = suits[g.model, g.memory_mb] = cap.eligible(job, node, g)
+            if ok:
+                eligible[g.index] = g
         shares = [v for v in shares if any(i in eligible for i in v[1])]
         if not shares or len(eligible) < k:
             continue
         visited += 1
+        if best is not None and job.gpus:
+            # No set on this node can beat the best one: skipped, still counted as visited
+            # (the nodes searched are the same as without this test).
+            floor = _least_possible(k, cap, node, shares, eligible, now, price)
+            if floor > best.lost_gpu_seconds * (1.0 + _ROUNDING):
+                continue
         ordered = _ordered(shares, now, cost)
         found = _on_node(job, k, cap, node, ordered, eligible, now, price)
         if found is None:
@@ -113,6 +126,47 @@ def _cheapest(
         if best is None or key < (best.lost_gpu_seconds, len(best.jobs)):
             best = found
     return best
+
+
+# Relative slack for comparing a floor summed in one order with a set's cost summed in
+# another: only a floor above the best set by more than rounding can rule a node out.
+_ROUNDING = 1e-9
+
+
+def _least_possible(
+    k: int,
+    cap: FreeCapacity,
+    node: str,
+    shares: list[Share],
+    eligible: dict[int, GpuState],
+    now: float,
+    price: Callable[[RunningJob, float], float],
+) -> float:
+    """A floor under what any set of these victims that frees `k` whole GPUs on the node
+    loses (inf where even all of them cannot): the GPUs still missing after those free now
+    need at least as many victims as the largest shares would take, and those cost at least
+    the cheapest victims' sum."""
+    free_now = 0
+    for i, g in eligible.items():
+        mem, comp = cap.free_on(node, i)
+        if comp >= FULL_COMPUTE and mem >= g.memory_mb:
+            free_now += 1
+    missing = k - free_now
+    if missing <= 0:
+        return 0.0
+    sizes = [sum(1 for i in v[1] if i in eligible) for v in shares]
+    if max(sizes) >= missing:
+        return 0.0  # one victim may do: no floor above the node's cheapest victim
+    sizes.sort(reverse=True)
+    count = 0
+    for size in sizes:
+        count += 1
+        missing -= size
+        if missing <= 0:
+            break
+    if missing > 0:
+        return float("inf")
+    return sum(sorted(price(v[0], now) for v in shares)[:count])
 
 
 class VictimIndex:

@@ -4,9 +4,12 @@ from the allowed list, ties and the node limit included."""
 
 from __future__ import annotations
 
+from unittest.mock import patch
+
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from scheduler.core import preemption
 from scheduler.core.placement import FreeCapacity
 from scheduler.core.preemption import VictimIndex, cheapest_on_one_node, choose_victims
 from scheduler.core.preemption_cost import PreemptionCost
@@ -95,3 +98,67 @@ def test_index_walk_chooses_what_choose_victims_chooses(
     found = cheapest_on_one_node(pending, cap, index, is_allowed, s.now, max_nodes=max_nodes)
     assert found == expected
     assert len(asked) == len(set(asked))  # each victim asked once at most
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    fleet=fleets(),
+    ask=st.sampled_from(("one", "two", "three", "four")),
+    allowed_bits=st.lists(st.booleans(), min_size=40, max_size=40),
+    max_nodes=st.integers(1, 6),
+    restart=st.sampled_from((0.0, 60.0)),
+)
+def test_the_floor_that_skips_nodes_changes_no_choice(fleet, ask, allowed_bits, max_nodes, restart):
+    """A node whose floor (the fewest victims that could free the GPUs still missing, at
+    the cheapest victims' cost) is above the best set so far is not searched: the choice is
+    the one a search of every node makes, and the floor is under every set it finds."""
+    nodes, run = fleet
+    pending = job(100, {"one": 1, "two": 2, "three": 3, "four": 4}[ask])
+    s = snap(nodes, [pending], run)
+    cost = PreemptionCost(restart_overhead=restart)
+    allowed = [r for r in run if allowed_bits[r.id % 40]]
+    searched: list[tuple[float, float]] = []
+    real_on_node, real_floor = preemption._on_node, preemption._least_possible
+
+    def on_node(job, k, cap, node, ordered, eligible, now, price, **kw):
+        found = real_on_node(job, k, cap, node, ordered, eligible, now, price, **kw)
+        if found is not None:
+            floor = real_floor(k, cap, node, ordered, eligible, now, price)
+            searched.append((floor, found.lost_gpu_seconds))
+        return found
+
+    def choose():
+        return choose_victims(
+            pending,
+            FreeCapacity.from_snapshot(s),
+            allowed,
+            s.now,
+            max_nodes=max_nodes,
+            cost=cost.gpu_seconds,
+        )
+
+    with patch.object(preemption, "_least_possible", lambda *a: 0.0):
+        with patch.object(preemption, "_on_node", on_node):
+            everywhere = choose()
+    assert all(floor <= lost for floor, lost in searched)
+    assert choose() == everywhere
+
+
+def test_a_node_whose_floor_is_under_the_best_set_is_still_searched():
+    """Node c is searched first (its cheapest victim loses least) and needs both its
+    victims (2 + 7 GPU-seconds); node b needs two of its three (3 + 4 = 7 < 9), so its
+    floor lets it be searched and it wins."""
+    nodes = [node("c", 2), node("b", 3)]
+    now = 1000.0
+    run = [
+        running(1, "c", (0,), started=now - 2),
+        running(2, "c", (1,), started=now - 7),
+        running(3, "b", (0,), started=now - 3),
+        running(4, "b", (1,), started=now - 4),
+        running(5, "b", (2,), started=now - 5),
+    ]
+    pending = job(100, 2)
+    s = snap(nodes, [pending], run, now=now)
+    found = choose_victims(pending, FreeCapacity.from_snapshot(s), run, now)
+    assert found is not None
+    assert (found.node, [v.id for v in found.jobs], found.lost_gpu_seconds) == ("b", [3, 4], 7.0)
