@@ -200,6 +200,31 @@ def burst(*, gpus: int, arrivals: int, seed: int) -> tuple[int, int]:
     return len(ended), freed
 
 
+def reclaim(*, arrivals: int) -> None:
+    """A team with a guarantee and nothing running submits `arrivals` one-GPU jobs while
+    every other team borrows: it may preempt the borrowers' preemptible jobs. The agents
+    of the jobs preempted earlier have reported their ends first (each cycle's preemptions
+    count against the cap until then)."""
+    from django.contrib.auth import get_user_model
+
+    from fleet.models import GpuRelease, Job, Team
+    from fleet.services.releases import gpu_release_done
+
+    for job_id, attempt in GpuRelease.objects.values_list("job_id", "attempt").distinct():
+        gpu_release_done(job_id=job_id, attempt=attempt)
+
+    team = Team.objects.get_or_create(
+        slug="returning", defaults={"name": "Returning", "guaranteed_gpus": 400, "gpu_limit": 4000}
+    )[0]
+    owner = get_user_model().objects.get_or_create(username="returning")[0]
+    Job.objects.bulk_create(
+        [
+            Job(owner=owner, team=team, name=f"back{i % 10}", command="x", gpus=1, time_limit=900)
+            for i in range(arrivals)
+        ]
+    )
+
+
 def _snapshot_aside() -> object:
     """A snapshot for the pure figure that leaves what the cycles keep between them (rows,
     job and node objects) as the last cycle left it: the next cycle then reads what a
@@ -264,6 +289,7 @@ def main() -> None:
     p.add_argument("--skip-burst", action="store_true")
     p.add_argument("--burst-gpus", type=int, default=1000)
     p.add_argument("--arrivals", type=int, default=1000)
+    p.add_argument("--reclaim", type=int, default=300)
     args = p.parse_args()
     _setup()
     from django.db import connection
@@ -297,6 +323,12 @@ def main() -> None:
             print(f"# {ended} running jobs end ({freed} GPUs), {args.arrivals} jobs arrive")
             cycle("warm burst", pure)
             cycle("warm after", pure)
+            # On the full fleet, a team within its guarantee reclaims GPUs from the
+            # borrowers: the cycle preempts up to its cap.
+            reclaim(arrivals=args.reclaim)
+            print(f"# a team within its guarantee submits {args.reclaim} jobs on the full fleet")
+            cycle("reclaim", pure)
+            cycle("reclaim after", pure)
 
 
 if __name__ == "__main__":
