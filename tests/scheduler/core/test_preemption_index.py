@@ -118,7 +118,7 @@ def test_the_floor_that_skips_nodes_changes_no_choice(fleet, ask, allowed_bits, 
     cost = PreemptionCost(restart_overhead=restart)
     allowed = [r for r in run if allowed_bits[r.id % 40]]
     searched: list[tuple[float, float]] = []
-    real_on_node, real_floor = preemption._on_node, preemption._least_possible
+    real_on_node, real_floor = preemption.on_node, preemption.least_possible
 
     def on_node(job, k, cap, node, ordered, eligible, now, price, **kw):
         found = real_on_node(job, k, cap, node, ordered, eligible, now, price, **kw)
@@ -137,8 +137,8 @@ def test_the_floor_that_skips_nodes_changes_no_choice(fleet, ask, allowed_bits, 
             cost=cost.gpu_seconds,
         )
 
-    with patch.object(preemption, "_least_possible", lambda *a: 0.0):
-        with patch.object(preemption, "_on_node", on_node):
+    with patch.object(preemption, "least_possible", lambda *a: 0.0):
+        with patch.object(preemption, "on_node", on_node):
             everywhere = choose()
     assert all(floor <= lost for floor, lost in searched)
     assert choose() == everywhere
