@@ -22,7 +22,8 @@ from django.db import connection, transaction
 from django.db.models import Case, F, When
 from django.utils import timezone
 
-from fleet.models import GpuRelease, Job, JobState, Node
+from fleet.models import GpuRelease, Job, JobMember, JobState, Node
+from fleet.models.jobs import ACTIVE_STATES
 from fleet.models.nodes import NodeState as NodeStatus
 from fleet.services import messaging
 from fleet.services.dispatch import send_starts_on_commit
@@ -38,7 +39,7 @@ from scheduler.core.model import (
     Plan,
     Preempt,
 )
-from scheduler.cycle.snapshot import DbSnapshot, active_allocations
+from scheduler.cycle.snapshot import DbSnapshot
 from scheduler.cycle.snapshot_rows import wait_versions, waits_written
 
 log = logging.getLogger(__name__)
@@ -56,20 +57,33 @@ class Outcome:
     skipped: dict[int, str] = field(default_factory=dict)
 
 
+# What one member of a job takes on its node: the columns of a job row, a member row (ranks
+# 1.. of a multi-node job, through its job) and a hold.
+_TAKES = ("gpus", "gpu_memory_mb", "gpu_compute_percent", "cpus", "memory_mb")
+
+
 class _Occupancy:
     """What assigned and running jobs (every member) and stopping attempts hold on each GPU
-    and each node's host CPUs and memory now, per the database."""
+    and each host's CPUs and memory of the given nodes now, per the database: the rows on
+    the nodes a plan places on, so the check costs what the plan touches, not the fleet."""
 
-    def __init__(self) -> None:
+    def __init__(self, node_ids: set[int]) -> None:
         self.used: dict[tuple[int, int], list[int]] = {}
         self.host: dict[int, list[int]] = {}
-        fields = (
-            "node_id", "gpu_indices", "gpus", "gpu_memory_mb", "gpu_compute_percent", "cpus",
-            "memory_mb",
-        )  # fmt: skip
-        rows = list(active_allocations())
+        ids = sorted(node_ids)
+        rows = list(
+            Job.objects.filter(state__in=ACTIVE_STATES, node_id__in=ids).values_list(
+                "node_id", "gpu_indices", *_TAKES
+            )
+        )
+        # Ranks 1.. of multi-node jobs (rank 0 is the job row's node), their current attempt.
+        rows += JobMember.objects.filter(
+            node_id__in=ids, rank__gt=0, job__state__in=ACTIVE_STATES, attempt=F("job__attempt")
+        ).values_list("node_id", "gpu_indices", *(f"job__{name}" for name in _TAKES))
         # GPUs that stopping attempts still hold count as taken (fleet.services.releases).
-        rows += GpuRelease.objects.filter(expires_at__gt=timezone.now()).values_list(*fields)
+        rows += GpuRelease.objects.filter(
+            expires_at__gt=timezone.now(), node_id__in=ids
+        ).values_list("node_id", "gpu_indices", *_TAKES)
         for node_id, indices, gpus, mem, comp, cpus, memory_mb in rows:
             self.add_host(node_id, cpus, memory_mb)
             for index in indices or ():
@@ -208,7 +222,12 @@ def _batches(items: Sequence[T]) -> Iterator[Sequence[T]]:
 def apply_plan(snap: DbSnapshot, plan: Plan) -> Outcome:
     outcome = Outcome()
     up = set(Node.objects.filter(state=NodeStatus.UP).values_list("name", flat=True))
-    occupancy = _Occupancy() if plan.places else None
+    occupancy = None
+    if plan.places:
+        ids = snap.node_ids
+        occupancy = _Occupancy(
+            {ids[m.node] for p in plan.places for m in p.allocations if m.node in ids}
+        )
     pending = {j.id: j for j in snap.core.pending}
     nodes = {n.name: n for n in snap.core.nodes}
     for batch in _batches(plan.places):

@@ -38,7 +38,7 @@ from scheduler.cycle.snapshot_jobs import (
     seconds_or,
 )
 from scheduler.cycle.snapshot_nodes import Allocation, build_nodes
-from scheduler.cycle.snapshot_rows import KeptRows, read_job_rows
+from scheduler.cycle.snapshot_rows import read_job_rows
 from scheduler.cycle.usage import team_usage
 
 # (state_reason, queue_position, eta in whole seconds since the epoch)
@@ -167,21 +167,6 @@ def gang_members(active: dict[int, int]) -> dict[int, list[tuple[int, int, list[
         if active.get(job_id) == attempt:
             members.setdefault(job_id, []).append((rank, node_id, indices))
     return members
-
-
-# The job rows the check before applying a plan keeps: apart from the snapshot's, whose
-# versions fence the waits the cycle writes on the rows as the snapshot read them.
-APPLY_KEPT = KeptRows()
-
-
-def active_allocations(*, kept: KeptRows = APPLY_KEPT) -> list[Allocation]:
-    """What every member of the assigned and running jobs takes now, per the database: kept
-    job rows brought up to date (`read_job_rows`: a scan of versions, then only the rows
-    that changed), so the check before applying a plan costs that rather than a read of
-    every active row."""
-    active = read_job_rows(_active_fields(), ("id",), kept=kept).active
-    members = gang_members({r[0]: r[17] for r in active if r[19] and r[5] > r[19]})
-    return allocations_of(active, members)
 
 
 def allocations_of(

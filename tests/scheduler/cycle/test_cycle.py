@@ -6,7 +6,7 @@ from typing import Any
 import pytest
 from django.utils import timezone
 
-from fleet.models import Job, JobEvent, JobState, Node
+from fleet.models import GpuRelease, Job, JobEvent, JobMember, JobState, Node
 from fleet.selectors.jobs import job_state_reason
 from fleet.services import messaging
 from fleet.services.job_states import Actor, job_transition
@@ -139,6 +139,37 @@ def test_a_placement_on_a_gpu_taken_or_a_node_drained_meanwhile_is_skipped(
     reasons = " | ".join(outcome.skipped.values())
     assert "GPU 0 is now taken on sim-a" in reasons and "node sim-b is no longer up" in reasons
     assert Job.objects.filter(pk__in=[first.pk, second.pk], state=JobState.PENDING).count() == 2
+
+
+def test_the_check_reads_what_holds_the_placement_nodes_gang_members_and_holds_included(
+    owner: Any, team: Any, teammate: Any, sent: list[Any]
+) -> None:
+    """The check before applying reads the rows on the nodes the plan places on: a later
+    member of a multi-node job and a stopping attempt's hold there count; a member of an
+    attempt that is over does not."""
+    a, b, c = make_node("sim-a", 1), make_node("sim-b", 1), make_node("sim-c", 1)
+    jobs = [make_job(owner, team) for _ in range(3)]
+    snap = build_snapshot()
+    _, plan, _ = plan_for(snap)
+    where = {p.node: p.job_id for p in plan.places}
+    assert set(where) == {"sim-a", "sim-b", "sim-c"} and set(where.values()) == {j.pk for j in jobs}
+    # Meanwhile: a two-node job starts with its second member on sim-a (its first on a node
+    # the plan does not use), a job stopping on sim-b still holds its GPU, and a member of
+    # an earlier attempt of that two-node job is left on sim-c.
+    gang = make_running(teammate, team, make_node("sim-x", 1), [0], gpus=2, gpus_per_node=1)
+    Job.objects.filter(pk=gang.pk).update(attempt=2)
+    JobMember.objects.create(job=gang, attempt=2, rank=0, node=gang.node, gpu_indices=[0])
+    JobMember.objects.create(job=gang, attempt=2, rank=1, node=a, gpu_indices=[0])
+    JobMember.objects.create(job=gang, attempt=1, rank=1, node=c, gpu_indices=[0])
+    stopping = make_job(teammate, team)  # requeued: pending again, its GPU not yet free
+    GpuRelease.objects.create(
+        node=b, job=stopping, attempt=1, gpu_indices=[0], gpus=1,
+        expires_at=timezone.now() + timedelta(minutes=5),
+    )  # fmt: skip
+    outcome = apply_plan(snap, plan)
+    assert outcome.placed == [where["sim-c"]]
+    assert "GPU 0 is now taken on sim-a" in outcome.skipped[where["sim-a"]]
+    assert "GPU 0 is now taken on sim-b" in outcome.skipped[where["sim-b"]]
 
 
 def test_waits_are_written_only_for_jobs_still_pending(
