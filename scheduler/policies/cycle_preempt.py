@@ -154,12 +154,15 @@ class CyclePreemption:
                 chosen = sorted(set(chosen).union(*self._borrowed_from(borrowers - {job.team})))
             candidates = [candidates[i] for i in chosen]
         reasons: dict[int, str | Reason | None] = {}
-        if self.fast and node_count(job) == 1 and candidates is self._preemptible:
-            # Any preemptible job may be allowed: ask the rule only about the victims on
-            # the nodes the search reaches. (A filtered list is asked about as a whole:
-            # it is short, and the search walks only its nodes.)
+        if self.fast and node_count(job) == 1:
+            # Ask the rule only about the victims on the nodes the search reaches (of a
+            # filtered list, only those in it: a team reclaiming its guarantee from many
+            # borrowers lists most running jobs).
+            listed = None if candidates is self._preemptible else {v.id for v in candidates}
 
             def allowed(victim: RunningJob) -> bool:
+                if listed is not None and victim.id not in listed:
+                    return False
                 why = reasons[victim.id] = self._victim_reason(job, victim, borrowers, job_rank)
                 return why is not None
 
