@@ -16,6 +16,10 @@ record) and prints the milliseconds of each step. Scenarios:
   arrive at the top priority, then one cycle dispatches them ("warm burst") and the cycle
   after it runs ("warm after"). Within "eta_interval" of the last forecast and 5 s of it,
   as a burst right after a forecast is: no ETA in it.
+- reclaim (after those, same process): the agents report the ends of the jobs preempted so
+  far, then a team with a guarantee and nothing running submits --reclaim one-GPU jobs on
+  the full fleet; the cycle preempts borrowers' jobs up to the cap ("reclaim"), and the
+  one after it runs ("reclaim after").
 
 The pure figure is `policy.schedule(snapshot)` on the snapshot the cycle built (best of
 three), the part that needs no database. "cycle ms" is the cycle the scheduler lock is held
