@@ -77,6 +77,15 @@ class LasPolicy(PreemptivePolicy):
         check_gain = bool(snapshot.settings.get("preemption_gain_check", True))
         atoms = tuple(sorted(snapshot.service_distribution))
         victim_left: dict[int, float] = {}
+        # Expected GPU-seconds to come by attained service (a search asks about one waiting
+        # job against hundreds of victims).
+        left_after: dict[float, float] = {}
+
+        def expected_left(attained: float) -> float:
+            left = left_after.get(attained)
+            if left is None:
+                left = left_after[attained] = mean_residual(atoms, attained)
+            return left
 
         def victim_rule(job: PendingJob, victim: RunningJob) -> Reason | None:
             if queue_of[victim.id] <= pending_queue(job):
@@ -89,7 +98,7 @@ class LasPolicy(PreemptivePolicy):
                     known = victim_left[victim.id] = mean_residual(
                         atoms, victim.attained_service + ran
                     )
-                mine, theirs = mean_residual(atoms, job.attained_service), known
+                mine, theirs = expected_left(job.attained_service), known
                 if not costs.gain_pays(mine, theirs, victim, now):
                     return None
 
