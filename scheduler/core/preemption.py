@@ -94,16 +94,17 @@ def _cheapest(
             break
         eligible = {}
         for g in cap.node_gpus(node):
-            ok = suits.get((g.model, g.memory_mb))
+            kind = (g.model, g.memory_mb)
+            ok = suits.get(kind)
             if ok is None:
-                ok = suits[g.model, g.memory_mb] = cap.eligible(job, node, g)
+                ok = suits[kind] = cap.eligible(job, node, g)
             if ok:
                 eligible[g.index] = g
         shares = [v for v in shares if any(i in eligible for i in v[1])]
         if not shares or len(eligible) < k:
             continue
         visited += 1
-        if best is not None and job.gpus:
+        if best is not None and k > 1 and job.gpus:
             # No set on this node can beat the best one: skipped, still counted as visited
             # (the nodes searched are the same as without this test).
             floor = least_possible(k, cap, node, shares, eligible, now, price)

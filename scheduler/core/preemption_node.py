@@ -52,17 +52,18 @@ def least_possible(
     loses (inf where even all of them cannot): the GPUs still missing after those free now
     need at least as many victims as the largest shares would take, and those cost at least
     the cheapest victims' sum."""
+    sizes = [sum(1 for i in v[1] if i in eligible) for v in shares]
+    largest = max(sizes, default=0)
+    if largest >= k:
+        return 0.0  # one victim may do: no floor above the node's cheapest victim
     free_now = 0
     for i, g in eligible.items():
         mem, comp = cap.free_on(node, i)
         if comp >= FULL_COMPUTE and mem >= g.memory_mb:
             free_now += 1
     missing = k - free_now
-    if missing <= 0:
+    if missing <= largest:
         return 0.0
-    sizes = [sum(1 for i in v[1] if i in eligible) for v in shares]
-    if max(sizes) >= missing:
-        return 0.0  # one victim may do: no floor above the node's cheapest victim
     sizes.sort(reverse=True)
     count = 0
     for size in sizes:
