@@ -104,7 +104,7 @@ def _cheapest(
         if not shares or len(eligible) < k:
             continue
         visited += 1
-        if best is not None and k > 1 and job.gpus:
+        if best is not None and k > 1:
             # No set on this node can beat the best one: skipped, still counted as visited
             # (the nodes searched are the same as without this test).
             floor = least_possible(k, cap, node, shares, eligible, now, price)

@@ -56,6 +56,18 @@ def fleets(draw):
     return nodes, run
 
 
+def _choose(pending, s, allowed, max_nodes, cost):
+    """`choose_victims` over the snapshot's free capacity, priced by `cost`."""
+    return choose_victims(
+        pending,
+        FreeCapacity.from_snapshot(s),
+        allowed,
+        s.now,
+        max_nodes=max_nodes,
+        cost=cost.gpu_seconds,
+    )
+
+
 @settings(max_examples=300, deadline=None)
 @given(
     fleet=fleets(),
@@ -84,14 +96,7 @@ def test_index_walk_chooses_what_choose_victims_chooses(
         asked.append(victim.id)
         return allowed_bits[victim.id % 40]
 
-    expected = choose_victims(
-        pending,
-        FreeCapacity.from_snapshot(s),
-        allowed,
-        s.now,
-        max_nodes=max_nodes,
-        cost=cost.gpu_seconds,
-    )
+    expected = _choose(pending, s, allowed, max_nodes, cost)
     cap = FreeCapacity.from_snapshot(s)
     lost, _ = cost.columns(run, s.now)
     index = VictimIndex(run, lost.tolist(), cap, cost.gpu_seconds)
@@ -128,14 +133,7 @@ def test_the_floor_that_skips_nodes_changes_no_choice(fleet, ask, allowed_bits, 
         return found
 
     def choose():
-        return choose_victims(
-            pending,
-            FreeCapacity.from_snapshot(s),
-            allowed,
-            s.now,
-            max_nodes=max_nodes,
-            cost=cost.gpu_seconds,
-        )
+        return _choose(pending, s, allowed, max_nodes, cost)
 
     with patch.object(preemption, "least_possible", lambda *a: 0.0):
         with patch.object(preemption, "on_node", on_node):
