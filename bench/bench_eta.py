@@ -69,8 +69,9 @@ def main() -> None:
         "--runtimes",
         default="policy",
         help="how the forecast plays runtimes (scheduler.core.eta_runtimes): policy (the "
-        "policy's, as production), predicted, median, spread, or spreadK (K draws, each "
-        "job's median start); a comma list runs each",
+        "policy's, as production), predicted, median, spread, spreadK (K draws, each "
+        "job's median start), or exact (every job's true runtime: the error runtime "
+        "predictions alone cannot go below); a comma list runs each",
     )
     p.add_argument("--quick", action="store_true", help="one window of 500 jobs, 8x8")
     a = p.parse_args()

@@ -11,7 +11,7 @@ from typing import Any
 from django.db import connection
 
 from fleet.models import Job, JobState
-from scheduler.core.prediction import RuntimePredictor
+from scheduler.core.prediction import RuntimePredictor, limit_class
 from scheduler.core.service_distribution import summarize
 from scheduler.cycle.snapshot_jobs import epoch, seconds_or
 from scheduler.cycle.snapshot_rows import version_column, writing_transaction
@@ -34,22 +34,23 @@ class History:
     predictions: dict[tuple[int, str, int], float | None] = field(
         default_factory=dict, compare=False
     )
-    # (owner id, name) -> the learned ratio: jobs of one script differ mostly in their limit.
-    ratios: dict[tuple[int, str], float] = field(default_factory=dict, compare=False)
+    # (owner id, name, time-limit class) -> the learned ratio: the limits of one script's
+    # jobs differ, but seldom by more than a class.
+    ratios: dict[tuple[int, str, int], float] = field(default_factory=dict, compare=False)
 
     def predict(self, owner: int, name: str, limit: int) -> float | None:
         """`predictor.predict(str(owner), name, float(limit))`, bit for bit (the ratio times
-        the limit), asked once per owner, name and limit."""
+        the limit), the ratio asked once per owner, name and limit class."""
         if self.predictor.observations() == 0:
             return None
         key = (owner, name, limit)
         try:
             return self.predictions[key]
         except KeyError:
-            pair = (owner, name)
-            ratio = self.ratios.get(pair)
+            kind = (owner, name, limit_class(limit))
+            ratio = self.ratios.get(kind)
             if ratio is None:
-                ratio = self.ratios[pair] = self.predictor.ratio(str(owner), name)
+                ratio = self.ratios[kind] = self.predictor.ratio(str(owner), name, float(limit))
             value = self.predictions[key] = ratio * max(float(limit), 0.0)
             return value
 

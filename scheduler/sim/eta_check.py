@@ -30,6 +30,7 @@ from __future__ import annotations
 import math
 import time
 from collections import deque
+from dataclasses import replace
 from typing import Any
 
 import numpy as np
@@ -37,9 +38,33 @@ import numpy as np
 from scheduler.core.eta import estimate
 from scheduler.core.eta_arrivals import Arrivals
 from scheduler.core.eta_band import WAVE_WINDOW, EtaCalibration
-from scheduler.core.model import PendingJob
+from scheduler.core.model import PendingJob, Snapshot
 from scheduler.sim.engine import PolicyDriver, SimResult, apply_plan
 from scheduler.sim.state import SimState
+
+# The forecast told every job's true runtime (`exact_runtimes`): what no prediction beats.
+EXACT = "exact"
+
+
+def exact_runtimes(snapshot: Snapshot, state: SimState) -> Snapshot:
+    """The snapshot with each job's true runtime as its prediction: a waiting job's work
+    still to do (plus its restart overhead), a running job's real end. A forecast on it
+    errs only by what it does not play (later submissions, preemptions, reordering), so
+    its error is the floor that better runtime predictions alone cannot go below."""
+    jobs = state.jobs
+    return replace(
+        snapshot,
+        pending=tuple(
+            replace(j, predicted_runtime=jobs[j.id].remaining_work + jobs[j.id].overhead)
+            for j in snapshot.pending
+        ),
+        running=tuple(
+            replace(r, predicted_runtime=jobs[r.id].ends_at - r.started_at)
+            for r in snapshot.running
+        ),
+        pending_changes=None,
+        running_changes=None,
+    )
 
 
 class EtaDriver(PolicyDriver):
@@ -65,7 +90,8 @@ class EtaDriver(PolicyDriver):
         waiting job shows then (production forecasts each cycle and a page shows the latest:
         what an owner sees at any time, not only right after submitting); 0: never.
         `runtimes`, `samples`: how the forecast plays runtimes (`scheduler.core.eta_runtimes`;
-        None, 1: the policy's, as production plays them)."""
+        None, 1: the policy's, as production plays them; `EXACT`: each job's true runtime,
+        see `exact_runtimes`)."""
         super().__init__(policy)
         self.censored = censored
         self.runtimes = runtimes
@@ -110,12 +136,15 @@ class EtaDriver(PolicyDriver):
                 arrivals = Arrivals.from_submissions(
                     state.now, self._submitted, self.arrivals_window
                 )
+            shown_snap, runtimes = snap, self.runtimes
+            if runtimes == EXACT:
+                shown_snap, runtimes = exact_runtimes(snap, state), "predicted"
             forecast = estimate(
-                snap,
+                shown_snap,
                 self.policy,
                 plan=plan,
                 arrivals=arrivals,
-                runtimes=self.runtimes,
+                runtimes=runtimes,
                 samples=self.samples,
             )
             self.forecast_seconds += time.process_time() - t0

@@ -8,7 +8,7 @@ from typing import Any
 from scheduler.policies import get_policy
 from scheduler.sim.cluster import parse_cluster
 from scheduler.sim.engine import simulate
-from scheduler.sim.eta_check import EtaDriver, eta_metrics
+from scheduler.sim.eta_check import EXACT, EtaDriver, eta_metrics
 from scheduler.sim.state import SimConfig
 from tests.scheduler.sim.conftest import job
 
@@ -36,6 +36,21 @@ def test_padded_time_limits_make_etas_late_and_the_figure_shows_it() -> None:
     m = eta_metrics(result, driver)
     assert m["eta_waited"] == 6
     assert m["eta_median_abs_error_share"] > 1.0
+
+
+def test_told_the_true_runtimes_the_forecast_is_exact_however_padded_the_limits() -> None:
+    # The jobs of the test above (limits 4x the runtime): told each job's true runtime, the
+    # forecast has nothing left to get wrong under fcfs with nothing else arriving.
+    jobs = [job(i, submit=i, duration=600.0 * (1 + i % 3), time_limit=2400.0) for i in range(8)]
+    config = SimConfig(cycle_interval=60.0, plan_waits=True)
+    driver = EtaDriver(get_policy("fcfs"), runtimes=EXACT)
+    result = simulate(jobs, parse_cluster("1x2xV100"), driver, config)
+    m = eta_metrics(result, driver)
+    assert m["eta_waited"] == 6
+    assert m["eta_p90_abs_error_share"] < 0.01
+    predicted = EtaDriver(get_policy("fcfs"))
+    m = eta_metrics(simulate(jobs, parse_cluster("1x2xV100"), predicted, config), predicted)
+    assert m["eta_median_abs_error_share"] > 0.5
 
 
 def test_the_forecasts_shown_while_jobs_wait_are_scored_on_the_wait_still_ahead() -> None:
