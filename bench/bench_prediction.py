@@ -3,7 +3,8 @@
 The recipe's jobs (bench_policy_quality's time limits: each job over-asks by a seeded
 lognormal factor, rounded up to a common limit) are replayed in submit order: each job is
 predicted when it is submitted and learned from when it would end had it started at once,
-as a cluster without queueing would teach the predictor. Prints, for the production
+as a cluster without queueing would teach the predictor (in a replay a queue delays the
+learning; bench_policy_quality's `pred err` column is the error there). Prints, for the production
 predictor (`scheduler.core.prediction`, time-limit classes) and for the same predictor
 without limit classes (owner and job name alone, measured in the same run), the median and
 90th percentile of |predicted - actual| / actual, the mean of |log(predicted / actual)|, and
