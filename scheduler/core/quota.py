@@ -26,28 +26,74 @@ def _fmt(value: float) -> str:
 
 
 class QuotaLedger:
-    """Usage per team and per (team, user), updated as a policy places or ends jobs."""
+    """Usage per team and per (team, user), updated as a policy places or ends jobs.
+
+    A ledger from a snapshot counts its running jobs when first read: many cycles place
+    jobs without any quota, guarantee or cap to check them against, and never read it
+    (before that, `take` and `release` are kept in order and applied after the count)."""
 
     def __init__(self, teams: Mapping[str, TeamState], running: Iterable[RunningJob]) -> None:
         self.teams = teams
-        self.team_usage: dict[str, float] = {}
-        self.user_usage: dict[tuple[str, str], float] = {}
-        self.cpu_usage: dict[str, int] = {}
-        self.memory_usage: dict[str, int] = {}
+        self._team: dict[str, float] = {}
+        self._user: dict[tuple[str, str], float] = {}
+        self._cpu: dict[str, int] = {}
+        self._memory: dict[str, int] = {}
+        # Until the first read: the snapshot whose running jobs are to be counted (with
+        # the totals kept across cycles where `_carried`), and the moves made since.
+        self._source: Snapshot | None = None
+        self._carried = False
+        self._moves: list[tuple[bool, Any]] = []
         for job in running:
-            self.take(job)
+            self._take(job)
 
     @classmethod
     def from_snapshot(cls, snapshot: Snapshot, *, carried: bool = False) -> QuotaLedger:
-        """The ledger of the snapshot's running jobs; with `carried`, from the totals kept
-        since the last call, updated by job object (the same numbers: see RunningTotals)."""
-        if carried:
+        """The ledger of the snapshot's running jobs, counted when first read; with
+        `carried`, from the totals kept since the last count, updated by job object (the
+        same numbers: see RunningTotals)."""
+        ledger = cls(snapshot.teams, ())
+        ledger._source, ledger._carried = snapshot, carried
+        return ledger
+
+    def _count(self) -> None:
+        """Count the running jobs now, then apply the moves made before."""
+        snapshot, self._source = self._source, None
+        assert snapshot is not None
+        totals = None
+        if self._carried:
             totals = _RUNNING.sync(snapshot.running, snapshot.running_changes)
-            if totals is not None:
-                ledger = cls(snapshot.teams, ())
-                ledger.team_usage, ledger.user_usage, ledger.cpu_usage, ledger.memory_usage = totals
-                return ledger
-        return cls(snapshot.teams, snapshot.running)
+        if totals is not None:
+            self._team, self._user, self._cpu, self._memory = totals
+        else:
+            for job in snapshot.running:
+                self._take(job)
+        moves, self._moves = self._moves, []
+        for taken, job in moves:
+            (self._take if taken else self._release)(job)
+
+    @property
+    def team_usage(self) -> dict[str, float]:
+        if self._source is not None:
+            self._count()
+        return self._team
+
+    @property
+    def user_usage(self) -> dict[tuple[str, str], float]:
+        if self._source is not None:
+            self._count()
+        return self._user
+
+    @property
+    def cpu_usage(self) -> dict[str, int]:
+        if self._source is not None:
+            self._count()
+        return self._cpu
+
+    @property
+    def memory_usage(self) -> dict[str, int]:
+        if self._source is not None:
+            self._count()
+        return self._memory
 
     def team(self, slug: str) -> TeamState:
         state = self.teams.get(slug)
@@ -60,29 +106,42 @@ class QuotaLedger:
         return self.user_usage.get((team, user), 0.0)
 
     def take(self, job: Any) -> None:
+        if self._source is not None:
+            self._moves.append((True, job))
+        else:
+            self._take(job)
+
+    def release(self, job: Any) -> None:
+        if self._source is not None:
+            self._moves.append((False, job))
+        else:
+            self._release(job)
+
+    def _take(self, job: Any) -> None:
         amount = job.gpu_equivalent
         team = job.team
-        usage = self.team_usage
+        usage = self._team
         usage[team] = usage.get(team, 0.0) + amount
         key = (team, job.user)
-        usage_of = self.user_usage
+        usage_of = self._user
         usage_of[key] = usage_of.get(key, 0.0) + amount
         cpus, memory = host_share(job)
         if cpus:
-            self.cpu_usage[job.team] = self.cpu_usage.get(job.team, 0) + cpus
+            self._cpu[team] = self._cpu.get(team, 0) + cpus
         if memory:
-            self.memory_usage[job.team] = self.memory_usage.get(job.team, 0) + memory
+            self._memory[team] = self._memory.get(team, 0) + memory
 
-    def release(self, job: Any) -> None:
+    def _release(self, job: Any) -> None:
         amount = job.gpu_equivalent
-        self.team_usage[job.team] = max(0.0, self.team_usage.get(job.team, 0.0) - amount)
-        key = (job.team, job.user)
-        self.user_usage[key] = max(0.0, self.user_usage.get(key, 0.0) - amount)
+        team = job.team
+        self._team[team] = max(0.0, self._team.get(team, 0.0) - amount)
+        key = (team, job.user)
+        self._user[key] = max(0.0, self._user.get(key, 0.0) - amount)
         cpus, memory = host_share(job)
         if cpus:
-            self.cpu_usage[job.team] = max(0, self.cpu_usage.get(job.team, 0) - cpus)
+            self._cpu[team] = max(0, self._cpu.get(team, 0) - cpus)
         if memory:
-            self.memory_usage[job.team] = max(0, self.memory_usage.get(job.team, 0) - memory)
+            self._memory[team] = max(0, self._memory.get(team, 0) - memory)
 
     def cpus(self, team: str) -> int:
         """Host CPU cores the team's running and placed jobs hold, over all their nodes."""
@@ -136,8 +195,11 @@ class QuotaLedger:
 
     def within_guarantee(self, job: Any) -> bool:
         """Whether the job's team stays within its guaranteed GPUs with this job added."""
-        team = self.team(job.team)
-        return self.usage(job.team) + job.gpu_equivalent <= team.guaranteed_gpus + _EPS
+        limit = self.team(job.team).guaranteed_gpus + _EPS
+        need = job.gpu_equivalent
+        # Usage is never negative, so a job larger than the guarantee answers alone (and a
+        # ledger not read yet stays uncounted: a team without a guarantee is the common case).
+        return need <= limit and self.usage(job.team) + need <= limit
 
     def borrowing(self, team: str) -> float:
         """GPU equivalents the team uses above its guarantee (0 when within it)."""
