@@ -55,10 +55,12 @@ class QuotaLedger:
         ledger._source, ledger._carried = snapshot, carried
         return ledger
 
-    def _count(self) -> None:
-        """Count the running jobs now, then apply the moves made before."""
-        snapshot, self._source = self._source, None
-        assert snapshot is not None
+    def _counted(self) -> QuotaLedger:
+        """The ledger, its running jobs counted (and the moves made before applied)."""
+        snapshot = self._source
+        if snapshot is None:
+            return self
+        self._source = None
         totals = None
         if self._carried:
             totals = _RUNNING.sync(snapshot.running, snapshot.running_changes)
@@ -70,30 +72,23 @@ class QuotaLedger:
         moves, self._moves = self._moves, []
         for taken, job in moves:
             (self._take if taken else self._release)(job)
+        return self
 
     @property
     def team_usage(self) -> dict[str, float]:
-        if self._source is not None:
-            self._count()
-        return self._team
+        return self._counted()._team
 
     @property
     def user_usage(self) -> dict[tuple[str, str], float]:
-        if self._source is not None:
-            self._count()
-        return self._user
+        return self._counted()._user
 
     @property
     def cpu_usage(self) -> dict[str, int]:
-        if self._source is not None:
-            self._count()
-        return self._cpu
+        return self._counted()._cpu
 
     @property
     def memory_usage(self) -> dict[str, int]:
-        if self._source is not None:
-            self._count()
-        return self._memory
+        return self._counted()._memory
 
     def team(self, slug: str) -> TeamState:
         state = self.teams.get(slug)
