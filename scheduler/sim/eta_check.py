@@ -48,7 +48,7 @@ EXACT = "exact"
 
 def exact_runtimes(snapshot: Snapshot, state: SimState) -> Snapshot:
     """The snapshot with each job's true runtime as its prediction: a waiting job's work
-    still to do (plus its restart overhead), a running job's real end. A forecast on it
+    still to do at full speed (plus its restart overhead), a running job's real end. A forecast on it
     errs only by what it does not play (later submissions, preemptions, reordering), so
     its error is the floor that better runtime predictions alone cannot go below."""
     jobs = state.jobs

@@ -20,7 +20,7 @@ def test_owner_and_name_beats_owner_beats_everyone():
     assert 0.5 <= p.ratio("ada", "new", 1000) < 0.6
     # A new user: everyone's average.
     assert p.ratio("cy", "x", 1000) == pytest.approx(p.ratio("zed", "y", 1000))
-    # A limit in the same class (within a factor of about 1.4): the same ratio.
+    # A limit in the same class (1000 s and 1200 s share one): the same ratio.
     assert p.predict("ada", "train", 1200) == pytest.approx(train * 1200)
 
 
@@ -55,7 +55,8 @@ def test_each_time_limit_class_has_its_own_ratio():
     assert p.ratio("ada", "run", 3600) == pytest.approx(0.25, abs=0.08)
     # ada never asked for five minutes: everyone's five-minute habit, not her hour's.
     assert p.ratio("ada", "run", 300) == pytest.approx(0.1, abs=0.02)
-    # Limits within a factor of sqrt(2) share a class; further apart they do not.
+    # An hour and 4000 s share a class; with no history at either, 2 h and a day both
+    # fall back to everyone's ratio.
     assert p.ratio("cy", "new", 4000) == p.ratio("cy", "new", 3600)
     assert p.ratio("cy", "new", 7200) == pytest.approx(p.ratio("cy", "new", 86400))
     assert p.ratio("cy", "new", 7200) != pytest.approx(p.ratio("cy", "new", 3600), abs=0.05)
