@@ -34,11 +34,9 @@ from __future__ import annotations
 
 import heapq
 import math
-from dataclasses import replace
 from types import MappingProxyType
 from typing import Any
 
-from scheduler.core.admission import admission_error
 from scheduler.core.model import (
     Member,
     NodeState,
@@ -48,6 +46,7 @@ from scheduler.core.model import (
 )
 from scheduler.core.usage import DEFAULT_HALF_LIFE
 from scheduler.policies.gavel import SpeedLearner, speed_key
+from scheduler.sim.admission import ArrivalAdmission
 from scheduler.sim.cluster import ClusterSpec
 from scheduler.sim.config import SimConfig
 from scheduler.sim.free_gpus import FreeGpus
@@ -55,7 +54,6 @@ from scheduler.sim.job_run import JobRun, pending_job, running_job
 from scheduler.sim.jobs import JobSpec
 from scheduler.sim.queue_log import QueueLog, RunLog
 from scheduler.sim.service import ServiceHistory
-from scheduler.sim.transform import never_fits
 from scheduler.sim.usage import TeamUsage
 
 
@@ -76,11 +74,10 @@ class SimState:
         self.gpus = FreeGpus(cluster)
         self.free_whole = self.gpus.free_whole  # per node, its wholly free GPUs (read-only)
         self._nodes = self.gpus.nodes  # GPU models and memory per node (read-only here)
-        self._empty_nodes = tuple(self._nodes.values())
         self.gang_wait_gpu_seconds = 0.0
         self._has_gangs = any(j.nodes > 1 for j in jobs)
         self._oldest: list[tuple[float, int]] = []  # (submit, id) of pending jobs, lazily
-        self._admission: dict[tuple, str | None] = {}
+        self._admission = ArrivalAdmission(cluster, tuple(self._nodes.values()))
         self.rejected: list[str] = []
         self.total_gpus = cluster.total_gpus
         self.busy_gpus = 0.0
@@ -170,30 +167,13 @@ class SimState:
         return heap[0][1] if heap else None
 
     def _refused(self, run: JobRun) -> bool:
-        """Admission control, as at submit in production: a job that can never fit on this
-        cluster is refused (state "rejected") instead of queued. A gang is checked member by
-        member (one member's shape against the nodes) and for enough such nodes."""
-        spec = run.spec
-        shape = (
-            spec.gpus,
-            spec.gpu_model,
-            spec.gpu_memory_mb,
-            spec.gpu_compute_percent,
-            spec.gpus_per_node,
-            spec.cpus,
-            spec.memory_mb,
-        )
-        if shape not in self._admission:
-            probe = self._pending_job(run)
-            if spec.nodes > 1:
-                probe = replace(probe, gpus=spec.gpus_on_each_node, gpus_per_node=0)
-            why = admission_error(probe, self._empty_nodes, None)
-            self._admission[shape] = why or never_fits(spec, self.cluster)
-        why = self._admission[shape]
+        """Admission control (`ArrivalAdmission`): a job that can never fit on this cluster
+        is refused (state "rejected") instead of queued."""
+        why = self._admission.refusal(run.spec, lambda: self._pending_job(run))
         if why is None:
             return False
         run.state = "rejected"
-        self.rejected.append(f"job {spec.id}: {why}")
+        self.rejected.append(f"job {run.spec.id}: {why}")
         return True
 
     def _queue(self, run: JobRun) -> None:
