@@ -39,7 +39,13 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from workers.gpu.models import normalize_model
-from workers.gpu.nvml_common import BYTES_PER_MB, GpuLost, gpu_processes, nvml_text
+from workers.gpu.nvml_common import (
+    BYTES_PER_MB,
+    GpuLost,
+    gpu_processes,
+    nvml_text,
+    throttle_reason_names,
+)
 from workers.gpu.nvml_mig import MigDevice, MigReading
 from workers.gpu.types import (
     GpuBackendError,
@@ -53,23 +59,6 @@ logger = logging.getLogger(__name__)
 
 MAX_XID_FINDINGS = 64  # Xid events kept (and sent again every tick) per agent process
 MAX_EVENTS_PER_TICK = 256  # events drained from the set in one tick; the rest wait
-
-# NVML's clock-event (throttle) reason bits, named as operators read them.
-THROTTLE_REASONS: tuple[tuple[int, str], ...] = (
-    (0x001, "gpu_idle"),
-    (0x002, "applications_clocks_setting"),
-    (0x004, "sw_power_cap"),
-    (0x008, "hw_slowdown"),
-    (0x010, "sync_boost"),
-    (0x020, "sw_thermal_slowdown"),
-    (0x040, "hw_thermal_slowdown"),
-    (0x080, "hw_power_brake_slowdown"),
-    (0x100, "display_clock_setting"),
-)
-
-
-def throttle_reason_names(mask: int) -> tuple[str, ...]:
-    return tuple(name for bit, name in THROTTLE_REASONS if mask & bit)
 
 
 class NvmlBackend(MigReading):
