@@ -75,6 +75,19 @@ def test_run_with_jobs_held_by_quota(name: str) -> None:
     assert reasons[132].startswith("user bob uses 6 of the per-user cap of 8 GPUs")
 
 
+@pytest.mark.parametrize("name", ["priority", "backfill"])
+@CYCLE_CHECKS
+@given(snapshot=busy_snapshots())
+def test_runs_from_kept_rows_give_the_plain_waits(name: str, snapshot: Snapshot) -> None:
+    """The second cycle on the same job objects reads the queue from the rows kept
+    across cycles (its team columns among them)."""
+    reference = get_policy(name).schedule(with_settings(snapshot, fast_paths=False))
+    policy = get_policy(name)
+    with patch.object(walk, "_RUN", 1), patch.object(walk, "_WINDOW", 1):
+        policy.schedule(snapshot)
+        assert policy.schedule(snapshot) == reference
+
+
 def test_a_reason_given_later_replaces_the_recorded_wait() -> None:
     snapshot = _full_fleet_with_caps()
     cycle = Cycle(snapshot, "test")
