@@ -16,6 +16,11 @@ from scheduler.core.preemption import VictimIndex, cheapest_on_one_node, choose_
 from scheduler.core.preemption_cost import PreemptionCost, qos_rank
 from scheduler.core.quota import QuotaLedger
 
+# A filtered victim list shorter than 1/SHORT_LIST of the preemptible jobs is asked about
+# whole (the rule on each listed victim) rather than found by walking the victim index,
+# which passes every preemptible job on the way to the listed ones.
+SHORT_LIST = 4
+
 
 class Reason:
     """Why a victim may be preempted, written out only when read: a search weighs many
@@ -154,11 +159,18 @@ class CyclePreemption:
                 chosen = sorted(set(chosen).union(*self._borrowed_from(borrowers - {job.team})))
             candidates = [candidates[i] for i in chosen]
         reasons: dict[int, str | Reason | None] = {}
-        if self.fast and node_count(job) == 1:
+        whole = candidates is self._preemptible
+        if (
+            self.fast
+            and node_count(job) == 1
+            and (whole or len(candidates) * SHORT_LIST >= len(self._preemptible))
+        ):
             # Ask the rule only about the victims on the nodes the search reaches (of a
             # filtered list, only those in it: a team reclaiming its guarantee from many
-            # borrowers lists most running jobs).
-            listed = None if candidates is self._preemptible else {v.id for v in candidates}
+            # borrowers lists most running jobs). A short list (an empty one, often) is
+            # asked about as a whole below: walking the index would pass every running job
+            # to find its few.
+            listed = None if whole else {v.id for v in candidates}
 
             def allowed(victim: RunningJob) -> bool:
                 if listed is not None and victim.id not in listed:

@@ -3,16 +3,20 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Mapping
 from dataclasses import replace
+from types import MappingProxyType
+from typing import Any
+from unittest.mock import patch
 
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from scheduler.core.model import RunningJob, Snapshot
+from scheduler.core.model import RunningJob, Snapshot, TeamState
 from scheduler.core.preemption_cost import PreemptionCost
 from scheduler.core.service_distribution import ServiceDistribution, bucket, summarize
-from scheduler.policies import get_policy
+from scheduler.policies import cycle_preempt, get_policy
 from tests.scheduler.core.builders import job, node, running, snap
 from tests.scheduler.invariants import assert_plan_valid
 from tests.scheduler.policies.strategies import snapshots
@@ -213,14 +217,12 @@ def test_plan_keeps_invariants_with_a_distribution(
     assert_plan_valid(s, plan)
 
 
-@pytest.mark.parametrize("name", ["gittins", "gittins-tiers"])
-@pytest.mark.parametrize("seed", [1, 2, 3])
-def test_the_vectorised_victim_filter_preempts_exactly_as_the_rule_alone(
-    name: str, seed: int
-) -> None:
-    """A full fleet of preemptible jobs of every age and a queue of small and large jobs:
-    the numpy filter in front of the victim rule (settings "fast_paths") changes nothing
-    in the plan, preemptions included."""
+def _full_fleet_of_every_age(
+    seed: int, teams: Mapping[str, TeamState] | None = None, **settings_kw: object
+) -> Snapshot:
+    """A full fleet of preemptible jobs of every age and a queue of small and large jobs
+    (of teams a and b)."""
+    teams = teams or {}
     import random
 
     rng = random.Random(seed)
@@ -256,13 +258,57 @@ def test_the_vectorised_victim_filter_preempts_exactly_as_the_rule_alone(
         )  # fmt: skip
         for i in range(1, 41)
     ]
-    snapshot = _snap(pending, runs, nodes=nodes, gittins_min_slice=60.0)
-    fast = get_policy(name).schedule(snapshot)
-    plain = get_policy(name).schedule(_snap(pending, runs, nodes=nodes, gittins_min_slice=60.0,
-                                            fast_paths=False))  # fmt: skip
+    snapshot = _snap(pending, runs, nodes=nodes, gittins_min_slice=60.0, **settings_kw)
+    return replace(snapshot, teams=MappingProxyType(dict(teams)))
+
+
+@pytest.mark.parametrize("name", ["gittins", "gittins-tiers"])
+@pytest.mark.parametrize("seed", [1, 2, 3])
+@pytest.mark.parametrize("short_list", [0, 4, 10**9])
+def test_the_vectorised_victim_filter_preempts_exactly_as_the_rule_alone(
+    name: str, seed: int, short_list: int
+) -> None:
+    """The numpy filter in front of the victim rule (settings "fast_paths") changes
+    nothing in the plan, preemptions included, whether its lists are searched through the
+    victim index (short_list 10**9: every list but an empty one) or asked about whole (0)."""
+    snapshot = _full_fleet_of_every_age(seed)
+    with patch.object(cycle_preempt, "SHORT_LIST", short_list):
+        fast = get_policy(name).schedule(snapshot)
+    plain = get_policy(name).schedule(_full_fleet_of_every_age(seed, fast_paths=False))
     assert fast.preempts, "the case must exercise preemption"
     assert fast == plain
     assert_plan_valid(snapshot, fast)
+
+
+def test_a_search_that_lists_no_victim_walks_no_index() -> None:
+    """gittins-tiers lists a job no victim when none is far enough behind it: such a
+    search must not walk the victim index (every preemptible job) to find nothing; nor
+    may a short list."""
+    # Both teams within their guarantees (a job may reclaim; no team borrows), and every
+    # running job started a second ago, inside its minimum slice: no victim is listed.
+    fleet = _full_fleet_of_every_age(1, {t: TeamState(t, guaranteed_gpus=40) for t in ("a", "b")})
+    fresh = tuple(replace(r, started_at=fleet.now - 1.0) for r in fleet.running)
+    snapshot = replace(fleet, running=fresh)
+    walked: list[tuple[int, int]] = []
+    search = cycle_preempt.cheapest_on_one_node
+
+    def counted(job: Any, cap: Any, index: Any, allowed: Any, now: float, **kw: Any) -> Any:
+        asked = [0]
+
+        def ask(victim: RunningJob) -> bool:
+            asked[0] += 1
+            return bool(allowed(victim))
+
+        found = search(job, cap, index, ask, now, **kw)
+        if found is None:
+            walked.append((asked[0], len(index.order)))
+        return found
+
+    with patch.object(cycle_preempt, "cheapest_on_one_node", counted):
+        plan = get_policy("gittins-tiers").schedule(snapshot)
+    assert plan == get_policy("gittins-tiers").schedule(snapshot)
+    # Searches through the index that found nothing asked about a share of it at most.
+    assert all(asked * cycle_preempt.SHORT_LIST <= size for asked, size in walked), walked
 
 
 # -- what a preemption may throw away ------------------------------------------------------------
