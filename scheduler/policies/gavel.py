@@ -267,7 +267,7 @@ class GavelPolicy(LasPolicy):
             value = snapshot.settings.get("gavel_min_speed")
             min_speed = DEFAULT_MIN_SPEED if value is None else float(value)
 
-        victim_rule, rule_key = self.queue_victims(snapshot)
+        victims = self.queue_victims(snapshot)
         ordered = self.order(snapshot)
         planned = plan_round(snapshot, ordered)
         preempt = bool(snapshot.settings.get("las_preemption", True))
@@ -277,8 +277,10 @@ class GavelPolicy(LasPolicy):
             planned=planned,
             min_speed=min_speed,
             preempt=True,
-            victim_rule=victim_rule if preempt else None,
-            rule_key=rule_key,
+            victim_rule=victims.rule if preempt else None,
+            rule_key=victims.key,
+            victim_filter=victims.filter(),
+            rule_hint=victims.hint(),
         )
         cycle.consider_all(ordered)
         notes = (

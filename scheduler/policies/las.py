@@ -4,16 +4,33 @@ from __future__ import annotations
 
 from bisect import bisect_right
 from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
 from typing import Any
 
 from scheduler.core.model import PendingJob, Plan, RunningJob, Snapshot
 from scheduler.core.preemption_cost import PreemptionCost, mean_residual
 from scheduler.policies.base import Cycle, VictimRule, cycle_may_preempt
-from scheduler.policies.cycle_preempt import Reason
+from scheduler.policies.cycle_preempt import Reason, RuleHint, VictimFilter
+from scheduler.policies.las_columns import QueueColumns
 from scheduler.policies.preemptive import PreemptivePolicy
 
 # GPU-seconds of attained service at which a job drops to the next queue: 1, 10, 100 GPU-hours.
 DEFAULT_THRESHOLDS = (3600.0, 36000.0, 360000.0)
+
+
+@dataclass(frozen=True, slots=True)
+class QueueVictims:
+    """las' victim rule, its rule_key, and its tests by columns where the fast paths are on."""
+
+    rule: VictimRule
+    key: Callable[[PendingJob], Any]
+    columns: QueueColumns | None
+
+    def filter(self) -> VictimFilter | None:
+        return None if self.columns is None else self.columns.victim_filter
+
+    def hint(self) -> RuleHint | None:
+        return None if self.columns is None else self.columns.rule_hint
 
 
 class LasPolicy(PreemptivePolicy):
@@ -57,10 +74,11 @@ class LasPolicy(PreemptivePolicy):
             key=lambda j: (bisect_right(bounds, j.attained_service), j.submitted_at, j.id),
         )
 
-    def queue_victims(self, snapshot: Snapshot) -> tuple[VictimRule, Callable[[PendingJob], Any]]:
-        """The rule for preempting by queue, and what decides which victims it allows for a
+    def queue_victims(self, snapshot: Snapshot) -> QueueVictims:
+        """The rule for preempting by queue; what decides which victims it allows for a
         waiting job (Cycle's rule_key): its queue, and its attained service where the gain
-        is checked."""
+        is checked; and the rule's tests by columns (`QueueColumns`: Cycle's victim_filter
+        and rule_hint; None with settings "fast_paths" false, so the rule alone answers)."""
         bounds = self._thresholds(snapshot)
         now = snapshot.now
 
@@ -92,13 +110,7 @@ class LasPolicy(PreemptivePolicy):
                 return None
             mine = theirs = 0.0
             if check_gain:
-                known = victim_left.get(victim.id)
-                if known is None:
-                    ran = max(now - victim.started_at, 0.0) * victim.gpu_equivalent
-                    known = victim_left[victim.id] = mean_residual(
-                        atoms, victim.attained_service + ran
-                    )
-                mine, theirs = expected_left(job.attained_service), known
+                mine, theirs = expected_left(job.attained_service), victim_known(victim)
                 if not costs.gain_pays(mine, theirs, victim, now):
                     return None
 
@@ -111,20 +123,42 @@ class LasPolicy(PreemptivePolicy):
 
             return Reason(write)
 
+        def victim_known(victim: RunningJob) -> float:
+            known = victim_left.get(victim.id)
+            if known is None:
+                ran = max(now - victim.started_at, 0.0) * victim.gpu_equivalent
+                known = victim_left[victim.id] = mean_residual(atoms, victim.attained_service + ran)
+            return known
+
+        columns = None
+        if snapshot.settings.get("fast_paths", True):
+            columns = QueueColumns(
+                queue_of=queue_of,
+                pending_queue=pending_queue,
+                expected_left=expected_left,
+                victim_left=victim_known,
+                costs=costs,
+                now=now,
+                check_gain=check_gain,
+                bounds=bounds,
+            )
         # The gain check reads the job's attained service, not only its queue.
+        rule_key: Callable[[PendingJob], Any] = pending_queue
         if check_gain:
-            return victim_rule, lambda j: (pending_queue(j), j.attained_service)
-        return victim_rule, pending_queue
+            rule_key = lambda j: (pending_queue(j), j.attained_service)  # noqa: E731
+        return QueueVictims(victim_rule, rule_key, columns)
 
     def schedule(self, snapshot: Snapshot) -> Plan:
-        victim_rule, rule_key = self.queue_victims(snapshot)
+        victims = self.queue_victims(snapshot)
         preempt = bool(snapshot.settings.get("las_preemption", True))
         cycle = Cycle(
             snapshot,
             self.name,
             preempt=True,
-            victim_rule=victim_rule if preempt else None,
-            rule_key=rule_key,
+            victim_rule=victims.rule if preempt else None,
+            rule_key=victims.key,
+            victim_filter=victims.filter(),
+            rule_hint=victims.hint(),
         )
         cycle.consider_all(self.order(snapshot))
         return cycle.plan()
