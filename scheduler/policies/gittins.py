@@ -15,7 +15,7 @@ from scheduler.policies.base import Cycle
 from scheduler.policies.cycle_parts import QueueRest
 from scheduler.policies.cycle_preempt import Reason
 from scheduler.policies.gittins_columns import RATIO_STEPS, IndexModel
-from scheduler.policies.gittins_hint import may_allow_any
+from scheduler.policies.gittins_hint import _SLACK, may_allow_any
 from scheduler.policies.gittins_rows import GittinsRows, PointsRule, QuotaInputs, RankedQueue
 from scheduler.policies.preemptive import PreemptivePolicy
 
@@ -253,11 +253,12 @@ class GittinsPolicy(PreemptivePolicy):
                     attained = np.fromiter((v.attained_service for v in victims), float, n)
                     attained += np.maximum(now - started, 0.0) * gpus
                     limits = np.fromiter((v.time_limit for v in victims), float, n)
-                    columns["other"] = np.fromiter(
-                        map(remaining, attained.tolist(), limits.tolist(), gpus.tolist()), float, n
-                    )
+                    # victim_known's remaining service up to rounding: the filter's test
+                    # allows for it (`slack`), and the rule decides each victim it lists.
+                    other = model.remainings_near(attained, limits * gpus)
                     cost, columns["lost"] = costs.columns(victims, now)
-                    columns["cost"] = weight * cost
+                    columns["other"], columns["cost"] = other, weight * cost
+                    columns["slack"] = _SLACK * (np.abs(other) + np.abs(columns["cost"]))
             return columns
 
         def victim_filter(job: PendingJob, victims: list[RunningJob]) -> Iterable[int]:
@@ -265,7 +266,8 @@ class GittinsPolicy(PreemptivePolicy):
             keep = ~columns["young"] & ~(pending_index[job.id] <= columns["bound"])
             if check_gain:
                 left = job_left(job)
-                keep &= (left + columns["cost"]) < columns["other"]
+                slack = columns["slack"] + _SLACK * abs(left)
+                keep &= (left + columns["cost"]) < columns["other"] + slack
                 keep &= ~(columns["lost"] > bound * left)
             return np.flatnonzero(keep).tolist()
 

@@ -7,11 +7,12 @@ from __future__ import annotations
 
 import math
 
+import numpy as np
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from scheduler.core.model import RunningJob
-from scheduler.core.preemption_cost import PreemptionCost, mean_residual
+from scheduler.core.preemption_cost import PreemptionCost, mean_residual, mean_residuals
 
 SMALL = st.sampled_from([0.0, 1.0, 2.0, 5.0, 20.0])
 NUMBERS = st.one_of(SMALL, st.floats(0.0, 1e6, allow_nan=False))
@@ -72,3 +73,33 @@ def test_cost_columns_are_the_costs_one_by_one(rows, checkpoints, interval, rest
     cost, lost = costs.columns(jobs, now)
     assert cost.tolist() == [costs.gpu_seconds(j, now) for j in jobs]
     assert lost.tolist() == [costs.lost_gpu_seconds(j, now) for j in jobs]
+
+
+@settings(max_examples=300, deadline=None)
+@given(
+    atoms=st.lists(st.one_of(NUMBERS, st.floats(1e6, 1e9)), max_size=60).map(
+        lambda xs: tuple(sorted(xs))
+    ),
+    pairs=st.lists(
+        st.tuples(
+            st.one_of(NUMBERS, st.floats(-10.0, 0.0), st.floats(1e6, 1e9)),
+            st.one_of(NUMBERS, st.just(math.inf), st.floats(1e6, 1e10)),
+        ),
+        min_size=1,
+        max_size=12,
+    ),
+    on_atom=st.booleans(),
+)
+def test_mean_residuals_agree_with_mean_residual_up_to_rounding(atoms, pairs, on_atom) -> None:
+    """The columns form the victim filters compare with a slack of 1e-9 of the values:
+    it must stay far inside it, and be exact where nothing is summed."""
+    if on_atom and atoms:
+        pairs = [(atoms[len(atoms) // 2], cap) for _, cap in pairs]
+    attained = np.array([a for a, _ in pairs], float)
+    caps = np.array([c for _, c in pairs], float)
+    found = mean_residuals(atoms, attained, caps)
+    for k, (a, cap) in enumerate(pairs):
+        expected = mean_residual(atoms, a, cap)
+        assert math.isclose(found[k], expected, rel_tol=1e-12, abs_tol=1e-9), (a, cap)
+        if cap <= max(a, 0.0) or not [s for s in atoms if s > max(a, 0.0)]:
+            assert found[k] == expected  # nothing summed: the same operations
