@@ -7,8 +7,11 @@ its relatives with their own refinements (more queues, learned sizes, paid preem
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 from typing import Any
+
+import numpy as np
 
 from scheduler.core.model import PendingJob, Plan, RunningJob, Snapshot
 from scheduler.policies.base import Cycle
@@ -124,7 +127,31 @@ class TiresiasPolicy(PreemptivePolicy):
                 )
             return None
 
+        # The rule by columns (settings "fast_paths"): a job may preempt only victims of a
+        # later queue, so a low-queue job is never searched for and the walk passes over it.
+        columns: dict[str, Any] = {}
+
+        def victim_queues(victims: list[RunningJob]) -> np.ndarray:
+            if columns.get("of") is not victims:
+                queues = np.fromiter((queue_of[v.id] for v in victims), np.int64, len(victims))
+                columns.update(of=victims, queues=queues, later={})
+            found: np.ndarray = columns["queues"]
+            return found
+
+        def victim_filter(job: PendingJob, victims: list[RunningJob]) -> list[int]:
+            queues, mine = victim_queues(victims), entry[job.id][0]
+            later: dict[int, list[int]] = columns["later"]
+            if mine not in later:
+                later[mine] = np.flatnonzero(queues > mine).tolist()
+            return later[mine]
+
+        def rule_hint(jobs: Sequence[PendingJob], victims: list[RunningJob]) -> np.ndarray:
+            queues = victim_queues(victims)
+            mine = np.fromiter((entry[j.id][0] for j in jobs), np.int64, len(jobs))
+            return mine < (queues.max() if len(queues) else -1)
+
         settings = snapshot.settings
+        fast = bool(settings.get("fast_paths", True))
         cap = settings.get("tiresias_max_preemptions")
         cap = DEFAULT_MAX_PREEMPTIONS if cap is None else int(cap)
         if settings.get("preemption_max_per_job") != cap:
@@ -136,6 +163,8 @@ class TiresiasPolicy(PreemptivePolicy):
             preempt=True,
             victim_rule=victim_rule if preempt else None,
             rule_key=lambda j: entry[j.id][0],
+            victim_filter=victim_filter if fast else None,
+            rule_hint=rule_hint if fast else None,
         )
         cycle.consider_all(
             sorted(snapshot.pending, key=lambda j: (*entry[j.id], j.submitted_at, j.id))

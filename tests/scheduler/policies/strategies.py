@@ -204,6 +204,7 @@ WALKING_POLICIES = [
     "las",
     "gittins",
     "gittins-tiers",
+    "tiresias",
 ]
 CYCLE_CHECKS = settings(
     max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow]
