@@ -10,7 +10,8 @@ runs (utilization, memory, power, temperature, clocks, throttle reasons, and the
 GPU process belongs to), the job's report and the end of its log. The default job uses
 PyTorch or CuPy where either is installed (a few seconds of matrix products), else
 `nvidia-smi`. Exit status 0 when the job succeeded and, under NVML, some sample showed its
-process on the GPU; 1 otherwise. Jobs run as this account; nothing is sent anywhere.
+process on the GPU; 1 otherwise; 2 when the GPUs cannot be read at all (no NVML, a bad
+`--simulate` spec), with the reason. Jobs run as this account; nothing is sent anywhere.
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from typing import Any
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
 from workers.executor.accounts import JobAccounts  # noqa: E402
-from workers.gpu import select_backend  # noqa: E402
+from workers.gpu import GpuBackendError, GpuSpecError, select_backend  # noqa: E402
 from workers.runtime import (  # noqa: E402
     LOG_TASK,
     REGISTER_TASK,
@@ -93,7 +94,11 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--timeout", type=float, default=120.0, help="give up after this long")
     a = p.parse_args(argv)
 
-    backend = select_backend(a.simulate, node_name="gpu-check")
+    try:
+        backend = select_backend(a.simulate, node_name="gpu-check")
+    except (GpuBackendError, GpuSpecError, ValueError) as exc:
+        print(f"gpu_check: {exc}", file=sys.stderr)
+        return 2
     sent = Recorder()
     state = Path(tempfile.mkdtemp(prefix="fleet-gpu-check-"))
     config = AgentConfig(

@@ -33,3 +33,15 @@ def test_a_failing_job_makes_the_check_fail() -> None:
     out = check("--command", "echo broken; exit 3")
     assert out.returncode == 1, out.stdout + out.stderr
     assert "(1, 1, 'failed', 3)" in out.stdout
+
+
+def test_gpus_that_cannot_be_read_give_a_reason_and_status_2() -> None:
+    out = subprocess.run(
+        [sys.executable, str(CHECK), "--simulate", "3xNoSuchGPU"],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 2, out.stdout + out.stderr
+    assert out.stderr.startswith("gpu_check: ")
+    assert "Traceback" not in out.stderr
