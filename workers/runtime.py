@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from workers.executor import Executor, ExecutorError, JobKey, Supervisor
+from workers.executor import Executor, ExecutorError, JobKey, LeaseExpired, Supervisor
 from workers.executor.accounts import JobAccounts
 from workers.executor.attempts import private_dir
 from workers.executor.cgroups import Enforcement
@@ -202,6 +202,14 @@ class Agent:
                 return None
             try:
                 pid = self.supervisor.start(job)
+            except LeaseExpired as exc:
+                # Not a failure of the job: the control side requeues it (or has already).
+                logger.warning("job %s attempt %s: %s", job_id, attempt, exc)
+                self._report(
+                    {"job_id": job_id, "attempt": int(attempt), "state": "lost", "pid": None,
+                     "exit_code": None, "reason": str(exc), "at": self.clock()}
+                )  # fmt: skip
+                return None
             except ExecutorError as exc:
                 self._refuse(job_id, int(attempt), str(exc))
                 return None

@@ -236,3 +236,27 @@ def test_a_fenced_start_never_runs(tmp_path: Path, sent: Sent) -> None:
     assert agent.start_job(22, 1, {**spec, "dispatch": "200.000000"}) is not None
     until(agent, lambda: (22, 1, "succeeded") in sent.reports())
     assert marker.exists() and sent.reports() == [(22, 1, "running"), (22, 1, "succeeded")]
+
+
+def test_a_start_taken_after_the_lease_ran_out_never_runs_and_is_reported_lost(
+    tmp_path: Path, sent: Sent
+) -> None:
+    """The agent took the start and checked its fence, then was frozen or cut off until
+    its lease ran out: the control side may run the attempt's successor elsewhere by now,
+    so the shim does not start the job and the attempt is reported lost (requeued by the
+    control side where it is still current), not failed."""
+    agent = make_agent(tmp_path / "state", sent, lease=0.05)
+    time.sleep(0.1)  # no acknowledgement since: the lease has run out
+    marker = tmp_path / "ran"
+    assert agent.start_job(8, 1, {"command": f"touch {marker}", "gpu_indices": [0]}) is None
+    assert sent.reports() == [(8, 1, "lost")]
+    assert "lease had run out" in sent.of(REPORT_TASK)[0]["reason"]
+    assert agent.running() == []
+    time.sleep(0.3)
+    assert not marker.exists()
+    # Once the control side has heard from the node again, a new attempt runs (the
+    # acknowledgement is dated ten minutes on, so this short lease outlasts the job).
+    agent.acknowledge(time.time() + 600)
+    agent.start_job(8, 2, {"command": f"touch {marker}", "gpu_indices": [0]})
+    until(agent, lambda: (8, 2, "succeeded") in sent.reports())
+    assert marker.exists()

@@ -15,13 +15,14 @@ from workers.executor.attempts import LOST
 from workers.executor.attribution import pid_to_job
 from workers.executor.launcher import Executor
 from workers.executor.logs import read_log
-from workers.executor.spec import ExecutorError, JobKey, JobSpec, job_environment
+from workers.executor.spec import ExecutorError, JobKey, JobSpec, LeaseExpired, job_environment
 from workers.executor.supervisor import Supervisor
 
 __all__ = [
     "LOST",
     "Executor",
     "ExecutorError",
+    "LeaseExpired",
     "JobKey",
     "JobSpec",
     "Supervisor",

@@ -60,6 +60,7 @@ from workers.executor.spec import (
     ExecutorError,
     JobKey,
     JobSpec,
+    LeaseExpired,
     inherited_environment,
     job_environment,
 )
@@ -217,6 +218,11 @@ class Executor:
                 shutil.rmtree(scratch, ignore_errors=True)
             if cgroup:
                 job_cgroup_remove(cgroup)
+            if line.strip() == "lease":
+                raise LeaseExpired(
+                    f"job {spec.job_id} was not started: the node's lease had run out (no "
+                    "word from the control side), which may run the job elsewhere by now"
+                )
             detail = line.removeprefix("error ").strip() or "the launcher exited without a pid"
             raise ExecutorError(f"cannot start job {spec.job_id}: {detail}")
         pid = int(line.split()[1])

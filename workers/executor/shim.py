@@ -130,6 +130,17 @@ def _enter_workdir(workdir: str, account: dict | None, name: str) -> str | None:
     return None
 
 
+def lease_expired(path: str | None) -> bool:
+    """Whether the lease file at `path` says the lease has run out (no file, or one that
+    cannot be read: no lease to enforce)."""
+    try:
+        with open(path or "") as fh:
+            until = float(fh.read().strip())
+    except (OSError, ValueError):
+        return False
+    return time.time() > until
+
+
 class LeaseWatch:
     """Reads the lease file about once a second; says when to stop the job and when to
     kill it. A missing or unreadable file is no lease to enforce (an executor used without
@@ -144,12 +155,7 @@ class LeaseWatch:
         self.killed = False
 
     def _expired(self) -> bool:
-        try:
-            with open(self.path or "") as fh:
-                until = float(fh.read().strip())
-        except (OSError, ValueError):
-            return False
-        return time.time() > until
+        return lease_expired(self.path)
 
     def tick(self, leader: int) -> None:
         now = time.monotonic()
@@ -228,6 +234,12 @@ def main(attempt_dir: str) -> int:
         if account
         else {}
     )
+    if lease_expired(launch.get("lease_path")):
+        # The agent took the start with a lease that has run out since (it was frozen or cut
+        # off after checking the start's fence): the control side may run the attempt's
+        # successor elsewhere already, so this one never starts.
+        _tell_agent("lease")
+        return 2
     try:
         os.makedirs(os.path.dirname(os.path.abspath(launch["log_path"])), exist_ok=True)
         log = CappedLog(launch["log_path"], int(launch["log_cap_bytes"]))

@@ -20,6 +20,11 @@ class ExecutorError(RuntimeError):
     """A job could not be started (bad working directory, bad declared load, ...)."""
 
 
+class LeaseExpired(ExecutorError):
+    """The node's lease had run out when the job was to start, so it was not started: the
+    control side may already run the attempt's successor elsewhere (workers.lease)."""
+
+
 MAX_NODES = 4096
 # A host name, an IPv4 address or an IPv6 address (brackets allowed): what torchrun and NCCL
 # take as MASTER_ADDR. No spaces or commas, so FLEET_NODELIST splits back into the hosts.
