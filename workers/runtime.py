@@ -204,11 +204,7 @@ class Agent:
                 pid = self.supervisor.start(job)
             except LeaseExpired as exc:
                 # Not a failure of the job: the control side requeues it (or has already).
-                logger.warning("job %s attempt %s: %s", job_id, attempt, exc)
-                self._report(
-                    {"job_id": job_id, "attempt": int(attempt), "state": "lost", "pid": None,
-                     "exit_code": None, "reason": str(exc), "at": self.clock()}
-                )  # fmt: skip
+                self._refuse(job_id, int(attempt), str(exc), state="lost")
                 return None
             except ExecutorError as exc:
                 self._refuse(job_id, int(attempt), str(exc))
@@ -216,11 +212,11 @@ class Agent:
             self.logs.watch(key, job.log_path, fresh=True, rank=job.rank)
             return pid
 
-    def _refuse(self, job_id: Any, attempt: int, reason: str) -> None:
-        """The attempt cannot start here: say why in the log and report it failed."""
+    def _refuse(self, job_id: Any, attempt: int, reason: str, state: str = "failed") -> None:
+        """The attempt cannot start here: say why in the log and report it `state`."""
         logger.warning("job %s attempt %s: %s", job_id, attempt, reason)
         self._report(
-            {"job_id": job_id, "attempt": attempt, "state": "failed", "pid": None,
+            {"job_id": job_id, "attempt": attempt, "state": state, "pid": None,
              "exit_code": None, "reason": reason, "at": self.clock()}
         )  # fmt: skip
 
