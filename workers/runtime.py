@@ -185,6 +185,20 @@ class Agent:
             if not self._mark_started(key, spec.get("dispatch")):
                 logger.info("attempt %s.%s was started here before; not again", *key)
                 return None
+            if self.lease.expired():
+                # Taken after the lease ran out (the agent was frozen or cut off): the
+                # control side may run the attempt's successor elsewhere by now. Marked
+                # started above, so a redelivery never runs it here either; the shim makes
+                # the same check for a lease that runs out between here and its start.
+                self._refuse(
+                    job_id,
+                    int(attempt),
+                    f"job {job_id} was not started: the node's lease had run out before the "
+                    "start was taken (no word from the control side), which may run the job "
+                    "elsewhere by now",
+                    state="lost",
+                )
+                return None
             # One file per dispatch: a reused job id and attempt never appends to old output.
             dispatch = spec.get("dispatch")
             log_name = f"{job_id}.{attempt}" + (f"-{dispatch}" if dispatch else "") + ".log"

@@ -241,22 +241,27 @@ def test_a_fenced_start_never_runs(tmp_path: Path, sent: Sent) -> None:
 def test_a_start_taken_after_the_lease_ran_out_never_runs_and_is_reported_lost(
     tmp_path: Path, sent: Sent
 ) -> None:
-    """The agent took the start and checked its fence, then was frozen or cut off until
-    its lease ran out: the control side may run the attempt's successor elsewhere by now,
-    so the shim does not start the job and the attempt is reported lost (requeued by the
-    control side where it is still current), not failed."""
+    """The agent was frozen or cut off until its lease ran out, then took a start: the
+    control side may run the attempt's successor elsewhere by now, so the agent does not
+    start the job (no shim is spawned) and the attempt is reported lost (requeued by the
+    control side where it is still current), not failed; a redelivery never runs it."""
     agent = make_agent(tmp_path / "state", sent, lease=0.05)
     time.sleep(0.1)  # no acknowledgement since: the lease has run out
     marker = tmp_path / "ran"
+    spawned: list[Any] = []
+    agent.supervisor.start = spawned.append  # type: ignore[method-assign]
     assert agent.start_job(8, 1, {"command": f"touch {marker}", "gpu_indices": [0]}) is None
+    assert spawned == []
     assert sent.reports() == [(8, 1, "lost")]
-    assert "lease had run out" in sent.of(REPORT_TASK)[0]["reason"]
-    assert agent.running() == []
-    time.sleep(0.3)
-    assert not marker.exists()
-    # Once the control side has heard from the node again, a new attempt runs (the
-    # acknowledgement is dated ten minutes on, so this short lease outlasts the job).
+    assert "lease had run out before the start was taken" in sent.of(REPORT_TASK)[0]["reason"]
+    # Once the control side has heard from the node again (the acknowledgement is dated
+    # ten minutes on, so this short lease outlasts the job), the same start redelivered
+    # still never runs, and a new attempt does.
     agent.acknowledge(time.time() + 600)
+    assert agent.start_job(8, 1, {"command": f"touch {marker}", "gpu_indices": [0]}) is None
+    assert spawned == [] and sent.reports() == [(8, 1, "lost")]
+    del agent.supervisor.start
+    assert agent.running() == [] and not marker.exists()
     agent.start_job(8, 2, {"command": f"touch {marker}", "gpu_indices": [0]})
     until(agent, lambda: (8, 2, "succeeded") in sent.reports())
     assert marker.exists()

@@ -1,5 +1,6 @@
 import os
 import signal
+import time
 
 import psutil
 import pytest
@@ -12,7 +13,7 @@ from tests.workers.executor.helpers import (
     wait_for,
     wait_members,
 )
-from workers.executor import ExecutorError, read_log
+from workers.executor import ExecutorError, LeaseExpired, read_log
 
 
 def test_exit_zero_succeeds_with_output_in_the_log(tmp_path):
@@ -243,3 +244,19 @@ def test_signals_go_to_the_group_not_the_agent(tmp_path):
     assert os.getpgid(pid) == pid != os.getpgid(0)
     agent.executor.signal_group((1, 1), signal.SIGKILL)
     assert agent.wait_final()["reason"] == "killed by signal SIGKILL"
+
+
+def test_the_shim_starts_nothing_once_the_lease_file_says_the_lease_ran_out(tmp_path):
+    """The agent checks its lease before it spawns the shim; the shim checks the lease file
+    again before it runs the job, for a lease that runs out in between (a freeze)."""
+    lease = tmp_path / "lease"
+    lease.write_text(f"{time.time() - 1:.3f}")
+    agent = Agent(tmp_path, lease_path=lease)
+    marker = tmp_path / "ran"
+
+    with pytest.raises(LeaseExpired, match="lease had run out"):
+        agent.start(f"touch {marker}")
+
+    assert agent.executor.handles == {} and agent.events == []
+    time.sleep(0.3)
+    assert not marker.exists()
