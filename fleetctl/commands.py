@@ -41,15 +41,16 @@ def _parse_time(value: str | None) -> datetime | None:
     return datetime.fromisoformat(value.replace("Z", "+00:00"))
 
 
-def _job_body(args: argparse.Namespace) -> dict[str, Any]:
+def _job_body(args: argparse.Namespace, verb: str = "submit") -> dict[str, Any]:
     """The submission's JSON from the options; optional fields are sent only when given, so
-    a server that does not know one (gpus_per_node on an older fleet) is not sent it."""
+    a server that does not know one (gpus_per_node on an older fleet) is not sent it.
+    `verb`: the subcommand, named in the sentence for a missing command."""
     words = list(args.command)
     if words and words[0] == "--":
         words = words[1:]
     if not words:
         raise UsageError(
-            "Give the command to run after --, e.g. fleetctl submit -- python train.py"
+            f"Give the command to run after --, e.g. fleetctl {verb} --gpus 1 -- python train.py"
         )
     command = words[0] if len(words) == 1 else shlex.join(words)
     name = args.name or os.path.basename(shlex.split(command)[0] if command.strip() else "job")
@@ -149,7 +150,7 @@ def job_label(job: dict[str, Any]) -> str:
 
 
 def cmd_estimate(args: argparse.Namespace) -> int:
-    body = _job_body(args)
+    body = _job_body(args, "estimate")
     est = Client.from_environment().request("POST", "jobs/estimate/", body=body)
     if args.json:
         _print_json(est)
@@ -329,9 +330,10 @@ def cmd_usage(args: argparse.Namespace) -> int:
     if args.json:
         _print_json(data)
         return 0
-    print(f"{data['since']} .. {data['until']}: {data['gpu_hours']:.2f} GPU-hours, "
-          f"{data.get('cpu_hours', 0):.2f} CPU-hours, "
-          f"{data.get('mem_gb_hours', 0):.2f} memory GB-hours")  # fmt: skip
+    # As many decimals as the rows below, so the total reads as their sum.
+    print(f"{data['since']} .. {data['until']}: {data['gpu_hours']:.3f} GPU-hours, "
+          f"{data.get('cpu_hours', 0):.3f} CPU-hours, "
+          f"{data.get('mem_gb_hours', 0):.3f} memory GB-hours")  # fmt: skip
 
     def host(r: dict[str, Any]) -> list[str]:
         return [f"{r.get('cpu_hours', 0):.3f}", f"{r.get('mem_gb_hours', 0):.3f}"]

@@ -182,6 +182,9 @@ def test_nodes_estimate_and_usage(fleetctl: Any, tokens: dict[str, str]) -> None
     estimate = fleetctl("estimate", "--gpus", "2", "--json", "--", "true", token=token)
     assert estimate.rc == 0 and "would_start_now" in estimate.json()
     assert fleetctl("estimate", "--gpus", "64", "--", "true", token=token).rc == 1
+    # Without a command: the sentence names the subcommand that was run.
+    bare = fleetctl("estimate", "--gpus", "2", token=token)
+    assert bare.rc == 2 and "e.g. fleetctl estimate --gpus 1 -- python" in bare.err
     usage = fleetctl("usage", "--by", "user", "--csv", token=token)
     assert usage.rc == 0
     assert next(csv.reader(io.StringIO(usage.out)))[:2] == ["Account", "User"]
