@@ -31,6 +31,7 @@ from workers.host import HostShape
 from workers.lease import DEFAULT_LEASE_S, Lease
 from workers.logship import DEFAULT_MAX_BYTES, LogShipper
 from workers.outcomes import OutcomeStore
+from workers.started import StartedAttempts
 from workers.telemetry import telemetry_payload
 
 logger = logging.getLogger(__name__)
@@ -41,7 +42,6 @@ REPORT_TASK = "fleet.tasks.job_report"
 TELEMETRY_TASK = "fleet.tasks.telemetry"
 LOG_TASK = "fleet.tasks.job_log"
 HEALTH_TASK = "fleet.tasks.gpu_health"
-STARTED_MEMORY = 10000  # attempts remembered as started, against redelivered starts
 
 
 @dataclass(frozen=True)
@@ -143,38 +143,16 @@ class Agent:
             state / "logship.json",
             max_bytes=config.log_max_bytes,
         )
-        self._started_file = state / "started"
-        self._started = self._load_started()
+        self.started = StartedAttempts(state / "started")
         self._lock = threading.RLock()
         for key, handle in self.executor.handles.items():
             self.logs.watch(key, handle.spec.log_path, rank=handle.spec.rank)
 
     # -- commands from the control side -----------------------------------------------------
 
-    def _load_started(self) -> set[str]:
-        try:
-            lines = self._started_file.read_text().split()
-        except OSError:
-            return set()
-        return set(lines[-STARTED_MEMORY:])
-
-    def _mark_started(self, key: JobKey, dispatch: Any = None) -> bool:
-        """Remember the attempt before starting it; False if it was started before.
-
-        `dispatch` names the control side's dispatch (its time); with it, a start for the
-        same job id and attempt from another dispatch (a control side whose database was
-        reset reuses ids) is a new start, while a redelivered message is not."""
-        token = f"{key[0]}.{key[1]}" + (f"@{dispatch}" if dispatch else "")
-        if token in self._started:
-            return False
-        self._started.add(token)
-        with open(self._started_file, "a") as fh:
-            fh.write(token + "\n")
-        return True
-
     def start_job(self, job_id: Any, attempt: int, spec: dict[str, Any]) -> int | None:
         """Start the attempt and return its pid, or None when it is not started (already
-        ran here, or could not start: reported as failed)."""
+        ran here; or could not start: reported failed, or lost when the lease is out)."""
         key = (job_id, int(attempt))
         with self._lock:
             if key in self.executor.handles:
@@ -182,7 +160,7 @@ class Agent:
             if self._fenced(job_id, int(attempt), spec.get("dispatch")):
                 logger.info("attempt %s.%s not started: the control side has ended it since", *key)
                 return None
-            if not self._mark_started(key, spec.get("dispatch")):
+            if not self.started.mark(key, spec.get("dispatch")):
                 logger.info("attempt %s.%s was started here before; not again", *key)
                 return None
             if self.lease.expired():
